@@ -1,0 +1,204 @@
+// Package storage defines what the broker asks of a place records live (a
+// provider), and the records themselves. Two providers implement it: memory
+// (with a versioned, checksummed snapshot written at graceful shutdown) and
+// sqlite. Both must pass the conformance suite in storagetest.
+//
+// The interfaces are small on purpose: the broker keeps everything volatile
+// (deliveries, Delivery IDs, deadlines, leases) itself, and asks storage only
+// for what must survive. That is invariant 15 by construction: a store that
+// never holds a lease cannot restore one.
+package storage
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors a store returns. Callers test them with errors.Is; providers wrap
+// them with context.
+var (
+	// ErrBelowFloor: a read asked for an offset the channel no longer holds.
+	// Invariant 1: such a read is rejected, never served the oldest survivor.
+	ErrBelowFloor = errors.New("offset below the channel's floor")
+	// ErrBeyondEnd: an offset past the channel's next offset.
+	ErrBeyondEnd = errors.New("offset beyond the channel's end")
+	// ErrFull: a bound (channel max_bytes or provider max_bytes less its
+	// reserve) refuses the write. Maps to reason code 0x97 on the wire.
+	ErrFull = errors.New("no room: size bound reached")
+	// ErrNotFound: the named item (queue record, position) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrClosed: the provider has been closed.
+	ErrClosed = errors.New("provider closed")
+)
+
+// Header is one MQTT 5 User Property. Records keep them as a sequence, in the
+// publisher's order, duplicates kept (RFC 0003 "Headers").
+type Header struct {
+	Name  string
+	Value string
+}
+
+// Record is one stored message: what RFC 0003 §4 says a publish becomes.
+type Record struct {
+	// Offset is broker-assigned, channel-local, monotonic and never reused
+	// (invariant 9). Zero on a record not yet stored.
+	Offset uint64
+	// MessageID is stable for the life of the message, distinct from Offset
+	// (invariant 8). A UUIDv7 unless the publisher supplied saguin-id.
+	MessageID string
+	Topic     string
+	// Timestamp is broker receipt time. Stored as Unix nanoseconds with the
+	// zero time stored as 0 (and read back as the zero time), so a record
+	// with no timestamp never reads as a date in 1754.
+	Timestamp time.Time
+	Headers   []Header
+	Payload   []byte
+
+	// The five MQTT 5 publish properties kept with a record.
+	ContentType     string
+	ResponseTopic   string
+	CorrelationData []byte
+	// PayloadFormat is nil when the publisher did not set the property.
+	PayloadFormat *byte
+	// MessageExpiry (seconds) is nil when the publisher set no expiry. It is
+	// the publisher's clock and never removes a record (invariant 2).
+	MessageExpiry *uint32
+
+	// Retain is the publisher's retain flag, stored and not acted on (used
+	// for Retain As Published).
+	Retain bool
+	// QoS the record was published at.
+	QoS byte
+	// PublisherID is the publishing client id, for No Local; never delivered.
+	PublisherID string
+	// Bridge names the bridge the record arrived on, empty for local clients.
+	Bridge string
+}
+
+// Size is what a record counts against a byte bound: payload, topic, message
+// id, every header name and value, and the variable-length publish
+// properties. Every provider and the broker use this one function, so a
+// channel's byte count means the same thing everywhere (RFC 0004 §10).
+func (r *Record) Size() int64 {
+	n := len(r.Payload) + len(r.Topic) + len(r.MessageID) +
+		len(r.ContentType) + len(r.ResponseTopic) + len(r.CorrelationData) +
+		len(r.PublisherID) + len(r.Bridge)
+	for _, h := range r.Headers {
+		n += len(h.Name) + len(h.Value)
+	}
+	return int64(n)
+}
+
+// Position is a reader's stored cursor on an append channel: the lowest
+// offset it has not acknowledged. Positions lag, never lead (RFC 0003 §8).
+type Position struct {
+	// Reader is "mqtt:<client id>" or "bridge:<bridge name>".
+	Reader string
+	Offset uint64
+	// LastSeen is when the reader's session was last connected.
+	LastSeen time.Time
+	// Expiry is the session expiry the reader was granted; a position whose
+	// LastSeen+Expiry has passed is dropped when the provider opens.
+	Expiry time.Duration
+}
+
+// Provider is one place records live. A channel's records, counters and
+// positions all live in one provider, never split.
+type Provider interface {
+	// Name is the provider's configured name.
+	Name() string
+	// Append opens (or returns the already open) append log for a channel.
+	// The same name always returns the same object, so there is one counter.
+	Append(channel string) (AppendLog, error)
+	// Queue opens the queue store for a queue channel together with its
+	// dead-letter append log, which must live in the same provider so the
+	// dead-letter move is one transaction (invariant 5).
+	Queue(channel, deadLetter string) (QueueStore, error)
+	// Bytes is what the provider currently counts against its max_bytes.
+	Bytes() int64
+	// MaxBytes is the provider bound (0: unbounded).
+	MaxBytes() int64
+	// Close releases the provider. The memory provider writes its snapshot
+	// here (invariant 14: memory durability is exactly the last snapshot).
+	Close() error
+}
+
+// AppendLog is an append channel: a replayable log with a floor and a next
+// offset, both stored and never derived from surviving rows (invariants 1, 9).
+type AppendLog interface {
+	// Append stores one record at the next offset and returns it as stored.
+	// Concurrent calls may be committed together (group commit); each
+	// returns only after its record is durable as far as the provider
+	// promises. ErrFull when a bound refuses it.
+	Append(rec Record) (Record, error)
+	// Read returns up to max records at offsets >= from, in offset order, and
+	// the floor read in the same snapshot. A from below the floor returns
+	// ErrBelowFloor (invariant 1). A from at or past Next returns none.
+	Read(from uint64, max int) ([]Record, uint64, error)
+	// Next is the offset the next record will take (starts at 1).
+	Next() uint64
+	// Floor is the oldest offset still readable (starts at 1).
+	Floor() uint64
+	// Bytes is the sum of Size over held records.
+	Bytes() int64
+	// FirstAtOrAfter is the earliest held offset whose timestamp is >= t,
+	// scanning every candidate (wall clocks step backwards).
+	FirstAtOrAfter(t time.Time) (uint64, bool, error)
+	// SetMaxBytes sets the channel's own bound (0: none). At the bound,
+	// Append returns ErrFull; it never evicts.
+	SetMaxBytes(n int64)
+	// Trim removes records older than olderThan (zero time: no age rule) and
+	// then the oldest records while Bytes exceeds maxBytes (0: no size rule),
+	// raising the floor in the same transaction as the deletion (invariant 1).
+	// Records with a zero timestamp are never too old.
+	Trim(olderThan time.Time, maxBytes int64) (removed int, freed int64, err error)
+	// Position returns a reader's stored position.
+	Position(reader string) (Position, bool, error)
+	// SavePosition stores a reader's position. Never refused for capacity
+	// (it relieves nothing, but a bound may not block a consumer's progress:
+	// RFC 0003 "At a size bound").
+	SavePosition(p Position) error
+	// DropPosition removes a reader's position; reports whether one existed.
+	DropPosition(reader string) (bool, error)
+	// Positions lists every stored position (for start-up expiry and ops).
+	Positions() ([]Position, error)
+}
+
+// QueueItem is one unresolved queue record with what survives a restart
+// about its delivery history. Holder, Delivery ID, deadline and epoch are
+// deliberately absent (invariant 15).
+type QueueItem struct {
+	Record
+	Attempts       uint32
+	FirstDelivered time.Time // zero until the first attempt is counted
+	LastDelivered  time.Time
+}
+
+// QueueStore keeps a queue's unresolved work. Delivery state is the broker's.
+type QueueStore interface {
+	// Enqueue stores a job at the queue's next offset. ErrFull at max_bytes.
+	Enqueue(rec Record) (Record, error)
+	// Items returns up to max unresolved items with offset > after, in offset
+	// order.
+	Items(after uint64, max int) ([]QueueItem, error)
+	// Get returns one unresolved item.
+	Get(offset uint64) (QueueItem, error)
+	// CountAttempt adds one to an item's attempt count and records the
+	// delivery time. Uses the reserve: never refused for capacity.
+	CountAttempt(offset uint64, at time.Time) (QueueItem, error)
+	// Resolve removes a finished item. Uses the reserve.
+	Resolve(offset uint64) error
+	// DeadLetter moves an item into the dead-letter log in one transaction
+	// (invariant 5): the record keeps its MessageID (invariant 8), takes the
+	// given topic and extra headers, and gets the dead-letter log's next
+	// offset. On any failure neither half happens and the dead-letter offset
+	// is not consumed. Uses the reserve.
+	DeadLetter(offset uint64, topic string, extra []Header, at time.Time) (Record, error)
+	// DeadLetters is the dead-letter append log.
+	DeadLetters() AppendLog
+	// Next is the queue's next offset; offsets are never reused (invariant 9).
+	Next() uint64
+	Depth() int
+	Bytes() int64
+	SetMaxBytes(n int64)
+}
