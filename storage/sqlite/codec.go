@@ -1,0 +1,205 @@
+package sqlite
+
+import (
+	"bytes"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"saguin.dev/storage"
+)
+
+// How a storage.Record becomes a row (RFC 0004 §5 "Schema"): headers as an
+// ordered JSON array of [name, value] pairs (duplicates kept, NULL when
+// none), the five publish properties as one JSON object (NULL when none,
+// correlation data base64), the timestamp as Unix nanoseconds with the zero
+// time stored as 0, and the record's Size kept in its own column so that
+// trimming and queue sums never re-derive it in SQL (RFC 0004 §10).
+
+// recordColumns are the record columns in scan order, shared by records and
+// queue_items.
+const recordColumns = `"offset", message_id, topic, timestamp, headers, payload, props, retain, qos, publisher, bridge`
+
+// itemColumns adds what survives a restart about a queue item's deliveries.
+const itemColumns = recordColumns + `, attempts, first_delivered, last_delivered`
+
+// encoded is a record prepared for binding. It is built on the caller's
+// goroutine so the single writer spends its time on SQLite alone.
+type encoded struct {
+	ts      int64
+	headers any // nil or string
+	props   any // nil or string
+	payload []byte
+	size    int64
+}
+
+type propsJSON struct {
+	ContentType     string  `json:"content_type,omitempty"`
+	ResponseTopic   string  `json:"response_topic,omitempty"`
+	CorrelationData *string `json:"correlation_data,omitempty"` // base64; present-but-empty kept
+	PayloadFormat   *byte   `json:"payload_format,omitempty"`
+	MessageExpiry   *uint32 `json:"message_expiry,omitempty"`
+}
+
+// errNotUTF8 refuses text JSON could not keep: encoding/json would replace
+// invalid bytes with U+FFFD and store a header nobody sent.
+var errNotUTF8 = errors.New("not valid UTF-8")
+
+func encodeRecord(r *storage.Record) (encoded, error) {
+	e := encoded{ts: timeToDB(r.Timestamp), payload: r.Payload, size: r.Size()}
+	if e.payload == nil {
+		// The payload column is NOT NULL; the driver binds a nil slice as NULL.
+		e.payload = []byte{}
+	}
+	if len(r.Headers) > 0 {
+		pairs := make([][2]string, len(r.Headers))
+		for i, h := range r.Headers {
+			if !utf8.ValidString(h.Name) || !utf8.ValidString(h.Value) {
+				return e, fmt.Errorf("header %d: %w", i, errNotUTF8)
+			}
+			pairs[i] = [2]string{h.Name, h.Value}
+		}
+		b, err := json.Marshal(pairs)
+		if err != nil {
+			return e, fmt.Errorf("encode headers: %w", err)
+		}
+		e.headers = string(b)
+	}
+	if r.ContentType != "" || r.ResponseTopic != "" || r.CorrelationData != nil ||
+		r.PayloadFormat != nil || r.MessageExpiry != nil {
+		if !utf8.ValidString(r.ContentType) || !utf8.ValidString(r.ResponseTopic) {
+			return e, fmt.Errorf("content type or response topic: %w", errNotUTF8)
+		}
+		p := propsJSON{
+			ContentType:   r.ContentType,
+			ResponseTopic: r.ResponseTopic,
+			PayloadFormat: r.PayloadFormat,
+			MessageExpiry: r.MessageExpiry,
+		}
+		if r.CorrelationData != nil {
+			s := base64.StdEncoding.EncodeToString(r.CorrelationData)
+			p.CorrelationData = &s
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			return e, fmt.Errorf("encode publish properties: %w", err)
+		}
+		e.props = string(b)
+	}
+	return e, nil
+}
+
+// timeToDB stores the zero time as 0, so a record without a timestamp never
+// reads back as a date in 1754 (RFC 0004 §3).
+func timeToDB(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func timeFromDB(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// recordScan receives one row of recordColumns (and, for items, the three
+// delivery columns).
+type recordScan struct {
+	offset, ts, retain, qos int64
+	headers, props          sql.NullString
+	attempts                int64
+	first, last             int64
+	rec                     storage.Record
+}
+
+func (s *recordScan) recordDest() []any {
+	return []any{&s.offset, &s.rec.MessageID, &s.rec.Topic, &s.ts, &s.headers,
+		&s.rec.Payload, &s.props, &s.retain, &s.qos, &s.rec.PublisherID, &s.rec.Bridge}
+}
+
+func (s *recordScan) itemDest() []any {
+	return append(s.recordDest(), &s.attempts, &s.first, &s.last)
+}
+
+// record finishes a scanned row. A row this provider did not write in this
+// shape is reported, never half-decoded.
+func (s *recordScan) record() (storage.Record, error) {
+	r := s.rec
+	if s.offset < 1 || s.qos < 0 || s.qos > 2 {
+		return r, fmt.Errorf("row at offset %d: impossible offset or qos %d", s.offset, s.qos)
+	}
+	r.Offset = uint64(s.offset)
+	r.Timestamp = timeFromDB(s.ts)
+	r.Retain = s.retain != 0
+	r.QoS = byte(s.qos)
+	if s.headers.Valid {
+		var pairs [][2]string
+		if err := json.Unmarshal([]byte(s.headers.String), &pairs); err != nil {
+			return r, fmt.Errorf("row at offset %d: headers: %w", s.offset, err)
+		}
+		r.Headers = make([]storage.Header, len(pairs))
+		for i, p := range pairs {
+			r.Headers[i] = storage.Header{Name: p[0], Value: p[1]}
+		}
+	}
+	if s.props.Valid {
+		var p propsJSON
+		if err := json.Unmarshal([]byte(s.props.String), &p); err != nil {
+			return r, fmt.Errorf("row at offset %d: publish properties: %w", s.offset, err)
+		}
+		r.ContentType = p.ContentType
+		r.ResponseTopic = p.ResponseTopic
+		r.PayloadFormat = p.PayloadFormat
+		r.MessageExpiry = p.MessageExpiry
+		if p.CorrelationData != nil {
+			b, err := base64.StdEncoding.DecodeString(*p.CorrelationData)
+			if err != nil {
+				return r, fmt.Errorf("row at offset %d: correlation data: %w", s.offset, err)
+			}
+			r.CorrelationData = b
+		}
+	}
+	return r, nil
+}
+
+func (s *recordScan) item() (storage.QueueItem, error) {
+	r, err := s.record()
+	if err != nil {
+		return storage.QueueItem{}, err
+	}
+	if s.attempts < 0 || s.attempts > math.MaxUint32 {
+		return storage.QueueItem{}, fmt.Errorf("row at offset %d: attempts %d out of range", s.offset, s.attempts)
+	}
+	return storage.QueueItem{
+		Record:         r,
+		Attempts:       uint32(s.attempts),
+		FirstDelivered: timeFromDB(s.first),
+		LastDelivered:  timeFromDB(s.last),
+	}, nil
+}
+
+// cloneRecord is a deep copy: the record a store answers with shares no
+// memory with the caller's, who may reuse its buffers once a call returns.
+func cloneRecord(r storage.Record) storage.Record {
+	r.Headers = slices.Clone(r.Headers)
+	r.Payload = bytes.Clone(r.Payload)
+	r.CorrelationData = bytes.Clone(r.CorrelationData)
+	if r.PayloadFormat != nil {
+		v := *r.PayloadFormat
+		r.PayloadFormat = &v
+	}
+	if r.MessageExpiry != nil {
+		v := *r.MessageExpiry
+		r.MessageExpiry = &v
+	}
+	return r
+}

@@ -1,0 +1,252 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"saguin.dev/storage"
+)
+
+// queueStore keeps a queue's unresolved work in queue_items and its
+// dead-letter log in records, in one database, so the dead-letter move is
+// one transaction (invariant 5). Delivery state — holder, Delivery ID,
+// deadline, epoch — is the broker's and is never stored (invariant 15).
+type queueStore struct {
+	p   *Provider
+	ch  *channel
+	dlq *appendLog
+}
+
+var _ storage.QueueStore = (*queueStore)(nil)
+
+// Enqueue stores a job at the queue's next offset in a group commit.
+func (q *queueStore) Enqueue(rec storage.Record) (storage.Record, error) {
+	return q.p.publish(q.ch, rec)
+}
+
+// Items returns up to max unresolved items after offset after, in order.
+func (q *queueStore) Items(after uint64, max int) ([]storage.QueueItem, error) {
+	if max <= 0 || after >= math.MaxInt64 {
+		return nil, nil
+	}
+	var out []storage.QueueItem
+	err := q.p.read(func(ctx context.Context, qr querier) error {
+		rows, err := qr.query(ctx, stItems, q.ch.id, int64(after), max)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		out = make([]storage.QueueItem, 0, min(max, 256))
+		for rows.Next() {
+			var s recordScan
+			if err := rows.Scan(s.itemDest()...); err != nil {
+				return err
+			}
+			it, err := s.item()
+			if err != nil {
+				return err
+			}
+			out = append(out, it)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, q.p.wrap("read queue "+q.ch.name, err)
+	}
+	return out, nil
+}
+
+// Get returns one unresolved item.
+func (q *queueStore) Get(offset uint64) (storage.QueueItem, error) {
+	var it storage.QueueItem
+	err := q.p.read(func(ctx context.Context, qr querier) error {
+		if offset > math.MaxInt64 {
+			return q.notFound(offset)
+		}
+		var s recordScan
+		err := qr.queryRow(ctx, stItem, q.ch.id, int64(offset)).Scan(s.itemDest()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			return q.notFound(offset)
+		}
+		if err != nil {
+			return err
+		}
+		it, err = s.item()
+		return err
+	})
+	if err != nil {
+		return storage.QueueItem{}, q.p.wrap("read queue "+q.ch.name, err)
+	}
+	return it, nil
+}
+
+func (q *queueStore) notFound(offset uint64) error {
+	return fmt.Errorf("storage %s: queue %s has no unresolved item at offset %d: %w", q.p.opts.Name, q.ch.name, offset, storage.ErrNotFound)
+}
+
+// CountAttempt adds one to an item's attempts and records the delivery
+// time. It may use the reserve: counting an attempt is never refused for
+// capacity.
+func (q *queueStore) CountAttempt(offset uint64, at time.Time) (storage.QueueItem, error) {
+	var it storage.QueueItem
+	err := q.p.do(func(w *writer) error {
+		if offset > math.MaxInt64 {
+			return q.notFound(offset)
+		}
+		return w.txn(true, func(ctx context.Context) error {
+			ts := timeToDB(at)
+			var s recordScan
+			err := w.st[stCountAttempt].QueryRowContext(ctx, ts, ts, q.ch.id, int64(offset)).Scan(s.itemDest()...)
+			if errors.Is(err, sql.ErrNoRows) {
+				return q.notFound(offset)
+			}
+			if err != nil {
+				return err
+			}
+			it, err = s.item()
+			return err
+		})
+	})
+	if err != nil {
+		return storage.QueueItem{}, q.p.wrap("count attempt on "+q.ch.name, err)
+	}
+	return it, nil
+}
+
+// Resolve removes a finished item. It may use the reserve.
+func (q *queueStore) Resolve(offset uint64) error {
+	err := q.p.do(func(w *writer) error {
+		if offset > math.MaxInt64 {
+			return q.notFound(offset)
+		}
+		var size int64
+		err := w.txn(true, func(ctx context.Context) error {
+			err := w.st[stResolve].QueryRowContext(ctx, q.ch.id, int64(offset)).Scan(&size)
+			if errors.Is(err, sql.ErrNoRows) {
+				return q.notFound(offset)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		q.ch.mu.Lock()
+		q.ch.depth--
+		q.ch.bytes -= size
+		q.ch.mu.Unlock()
+		return nil
+	})
+	return q.p.wrap("resolve on "+q.ch.name, err)
+}
+
+// DeadLetter moves an item into the dead-letter log in one transaction
+// (invariant 5): the record keeps its MessageID (invariant 8), takes topic,
+// gains extra after its own headers, is timestamped at, and takes the
+// dead-letter log's next offset. On any failure the transaction rolls back
+// and the in-memory counters are untouched: the item stays in the queue
+// with its attempts, the log is unchanged and its next offset is not
+// consumed. It may use the reserve and ignores the log's own max_bytes (a
+// refused move would leave dead work live in the queue).
+func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Header, at time.Time) (storage.Record, error) {
+	var moved storage.Record
+	err := q.p.do(func(w *writer) error {
+		if offset > math.MaxInt64 {
+			return q.notFound(offset)
+		}
+		dlq := q.dlq.ch
+		dlq.mu.Lock()
+		next, bytes := dlq.next, dlq.bytes
+		dlq.mu.Unlock()
+		var itemSize int64
+		var enc encoded
+		err := w.txn(true, func(ctx context.Context) error {
+			var s recordScan
+			err := w.st[stItemForMove].QueryRowContext(ctx, q.ch.id, int64(offset)).Scan(append(s.itemDest(), &itemSize)...)
+			if errors.Is(err, sql.ErrNoRows) {
+				return q.notFound(offset)
+			}
+			if err != nil {
+				return err
+			}
+			it, err := s.item()
+			if err != nil {
+				return err
+			}
+			rec := it.Record
+			rec.Offset = next
+			rec.Topic = topic
+			rec.Timestamp = at
+			rec.Headers = append(slices.Clip(rec.Headers), extra...)
+			if enc, err = encodeRecord(&rec); err != nil {
+				return err
+			}
+			if _, err := w.st[stInsertRecord].ExecContext(ctx, dlq.id, int64(rec.Offset), rec.MessageID, rec.Topic,
+				enc.ts, enc.headers, enc.payload, enc.props, rec.Retain, int64(rec.QoS), rec.PublisherID, rec.Bridge, enc.size); err != nil {
+				return fmt.Errorf("write to %s: %w", dlq.name, err)
+			}
+			if _, err := w.st[stUpdateNextBytes].ExecContext(ctx, int64(next+1), bytes+enc.size, dlq.id); err != nil {
+				return fmt.Errorf("advance %s: %w", dlq.name, err)
+			}
+			if f := q.p.opts.Faults; f != nil && f.BetweenDeadLetterHalves != nil {
+				if err := f.BetweenDeadLetterHalves(); err != nil {
+					return err
+				}
+			}
+			var deleted int64
+			if err := w.st[stResolve].QueryRowContext(ctx, q.ch.id, int64(offset)).Scan(&deleted); err != nil {
+				return fmt.Errorf("remove from %s: %w", q.ch.name, err)
+			}
+			moved = rec
+			return nil
+		})
+		if err != nil {
+			moved = storage.Record{}
+			return err
+		}
+		dlq.mu.Lock()
+		dlq.next, dlq.bytes = next+1, bytes+enc.size
+		dlq.mu.Unlock()
+		q.ch.mu.Lock()
+		q.ch.depth--
+		q.ch.bytes -= itemSize
+		q.ch.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return storage.Record{}, q.p.wrap("dead-letter "+q.ch.name+" offset "+fmt.Sprint(offset), err)
+	}
+	return moved, nil
+}
+
+// DeadLetters is the queue's dead-letter append log.
+func (q *queueStore) DeadLetters() storage.AppendLog { return q.dlq }
+
+// Next is the queue's next offset; offsets are never reused (invariant 9).
+func (q *queueStore) Next() uint64 {
+	q.ch.mu.Lock()
+	defer q.ch.mu.Unlock()
+	return q.ch.next
+}
+
+// Depth is the number of unresolved items.
+func (q *queueStore) Depth() int {
+	q.ch.mu.Lock()
+	defer q.ch.mu.Unlock()
+	return q.ch.depth
+}
+
+// Bytes is the sum of Size over unresolved items (summed at open).
+func (q *queueStore) Bytes() int64 {
+	q.ch.mu.Lock()
+	defer q.ch.mu.Unlock()
+	return q.ch.bytes
+}
+
+// SetMaxBytes sets the queue's bound; Enqueue refuses at it, and nothing is
+// ever evicted (invariant 2).
+func (q *queueStore) SetMaxBytes(n int64) { q.ch.maxBytes.Store(max(n, 0)) }

@@ -1,0 +1,421 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"saguin.dev/storage"
+)
+
+// The writer owns the provider's one write connection. Every write runs on
+// its goroutine, so transactions are serial, a deferred transaction never
+// loses a lock upgrade to a sibling, and the in-memory counters (next,
+// floor, bytes) have a single writer that advances them only after a commit
+// (RFC 0004 §2 "Counters can't fail").
+//
+// Two kinds of work reach it:
+//   - publishes (Append, Enqueue), collected into group commits: one
+//     transaction for up to batchMax records, one counter-row UPDATE per
+//     channel per batch, offsets taken in transaction order (invariant 16:
+//     a publisher waits on storage, bounded by commits of a known size);
+//   - ops: any other transaction (trim, queue resolution, the dead-letter
+//     move, positions, opening a channel, and reads when there is no read
+//     pool), each in its own transaction.
+//
+// A caller returns only after its transaction commits or fails (invariant
+// 18: nothing is acknowledged before it is stored).
+type writer struct {
+	p     *Provider
+	conn  *sql.Conn
+	st    stmtSet
+	pubs  chan *pubReq
+	ops   chan *opReq
+	close chan struct{} // closed by Provider.Close
+	done  chan struct{} // closed when run returns
+
+	ceiling int64 // max_page_count currently set (0: unbounded)
+	// waiting is true while a batch waits for company (tests observe it).
+	waiting atomic.Bool
+
+	batch   []*pubReq
+	touched []*touch
+	stats   *stats
+}
+
+// pubReq is one record waiting for a publish transaction.
+type pubReq struct {
+	ch   *channel
+	rec  storage.Record
+	enc  encoded
+	done chan struct{}
+	out  storage.Record
+	err  error
+}
+
+// opReq is one transaction run on the writer goroutine.
+type opReq struct {
+	fn   func(w *writer) error
+	done chan error // buffered: the writer never blocks on a caller
+}
+
+// touch is a channel's counters as a batch moves them before commit.
+type touch struct {
+	ch    *channel
+	next  uint64
+	bytes int64
+	depth int
+}
+
+type stats struct {
+	commitsByRecords  atomic.Uint64
+	commitsByInterval atomic.Uint64
+	commitsByCommit   atomic.Uint64
+	commitsUnbatched  atomic.Uint64
+	committedRecords  atomic.Uint64
+	commits           atomic.Uint64 // every committed write transaction
+}
+
+func (w *writer) run() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.close:
+			return
+		case op := <-w.ops:
+			op.done <- op.fn(w)
+		case r := <-w.pubs:
+			w.collect(r)
+		}
+	}
+}
+
+// collect gathers a batch behind its first record and commits it.
+func (w *writer) collect(first *pubReq) {
+	batch := append(w.batch[:0], first)
+	limit := w.p.opts.batchMax
+	closedBy := &w.stats.commitsByCommit
+	switch {
+	case limit == 1:
+		closedBy = &w.stats.commitsUnbatched
+	case w.p.opts.commitInterval == 0:
+		// Collect without waiting: whatever queued while the previous
+		// transaction committed goes now, up to limit. Yielding once lets
+		// publishers the last commit woke, runnable but not yet run, send
+		// their next record; it waits for nobody.
+		runtime.Gosched()
+	gather:
+		for len(batch) < limit {
+			select {
+			case r := <-w.pubs:
+				batch = append(batch, r)
+			default:
+				break gather
+			}
+		}
+		if len(batch) == limit {
+			closedBy = &w.stats.commitsByRecords
+		}
+	default:
+		// Wait up to the interval for company. The wait holds nothing: other
+		// transactions (and reads on the writer) still run meanwhile, so the
+		// interval is never a wait for a reader.
+		timer := time.NewTimer(w.p.opts.commitInterval)
+		closedBy = &w.stats.commitsByInterval
+		w.waiting.Store(true)
+	wait:
+		for len(batch) < limit {
+			select {
+			case r := <-w.pubs:
+				batch = append(batch, r)
+			case op := <-w.ops:
+				op.done <- op.fn(w)
+			case <-timer.C:
+				break wait
+			case <-w.close:
+				break wait
+			}
+		}
+		timer.Stop()
+		w.waiting.Store(false)
+		if len(batch) == limit {
+			closedBy = &w.stats.commitsByRecords
+		}
+	}
+	w.commitPublishes(batch, closedBy)
+	clear(batch)
+	w.batch = batch[:0]
+}
+
+// commitPublishes stores a batch in one transaction. A record its channel's
+// max_bytes refuses is answered before the transaction opens; if the
+// transaction fails, every record in it fails and the in-memory counters
+// are untouched, so the batch hands back exactly its offsets — none
+// skipped, none reused (invariant 9).
+func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
+	w.touched = w.touched[:0]
+	accepted := 0
+	for _, r := range batch {
+		if r.err != nil {
+			continue
+		}
+		t := w.touch(r.ch)
+		if bound := r.ch.maxBytes.Load(); bound > 0 && t.bytes+r.enc.size > bound {
+			r.err = fmt.Errorf("storage %s: %s %s is at its max_bytes %d: %w", w.p.opts.Name, r.ch.kind, r.ch.name, bound, storage.ErrFull)
+			continue
+		}
+		r.out = cloneRecord(r.rec)
+		r.out.Offset = t.next
+		t.next++
+		t.bytes += r.enc.size
+		if r.ch.kind == kindQueue {
+			t.depth++
+		}
+		accepted++
+	}
+	if accepted > 0 {
+		err := w.txn(false, func(ctx context.Context) error {
+			for _, r := range batch {
+				if r.err != nil {
+					continue
+				}
+				if err := w.insert(ctx, r); err != nil {
+					return fmt.Errorf("%s %s offset %d: %w", r.ch.kind, r.ch.name, r.out.Offset, err)
+				}
+			}
+			// One counter-row UPDATE per channel per batch, with the totals.
+			for _, t := range w.touched {
+				var err error
+				if t.ch.kind == kindQueue {
+					_, err = w.st[stUpdateNext].ExecContext(ctx, t.next, t.ch.id)
+				} else {
+					_, err = w.st[stUpdateNextBytes].ExecContext(ctx, t.next, t.bytes, t.ch.id)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s counters: %w", t.ch.kind, t.ch.name, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			err = w.p.wrap("store "+fmt.Sprint(accepted)+" records", err)
+			for _, r := range batch {
+				if r.err == nil {
+					r.err = err
+					r.out = storage.Record{}
+				}
+			}
+		} else {
+			for _, t := range w.touched {
+				t.ch.mu.Lock()
+				t.ch.next = t.next
+				t.ch.bytes = t.bytes
+				t.ch.depth = t.depth
+				t.ch.mu.Unlock()
+			}
+			closedBy.Add(1)
+			w.stats.committedRecords.Add(uint64(accepted))
+		}
+	}
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+func (w *writer) touch(ch *channel) *touch {
+	for _, t := range w.touched {
+		if t.ch == ch {
+			return t
+		}
+	}
+	ch.mu.Lock()
+	t := &touch{ch: ch, next: ch.next, bytes: ch.bytes, depth: ch.depth}
+	ch.mu.Unlock()
+	w.touched = append(w.touched, t)
+	return t
+}
+
+func (w *writer) insert(ctx context.Context, r *pubReq) error {
+	rec, e := &r.out, &r.enc
+	args := []any{r.ch.id, int64(rec.Offset), rec.MessageID, rec.Topic, e.ts, e.headers,
+		e.payload, e.props, rec.Retain, int64(rec.QoS), rec.PublisherID, rec.Bridge, e.size}
+	if r.ch.kind == kindQueue {
+		_, err := w.st[stInsertItem].ExecContext(ctx, args...)
+		return err
+	}
+	_, err := w.st[stInsertRecord].ExecContext(ctx, args...)
+	return err
+}
+
+// txn runs fn in one write transaction. relief transactions may use the
+// reserve: the page ceiling is raised inside them and restored on both the
+// commit and the rollback path, because a pragma is not undone by rollback
+// (RFC 0004 §9 "The reserve").
+func (w *writer) txn(relief bool, fn func(ctx context.Context) error) (err error) {
+	ctx := context.Background()
+	want := w.p.opts.ordinaryPages
+	if relief {
+		want = w.p.opts.reliefPages
+	}
+	// Set before every transaction, not just restored after relief: if a
+	// restore ever failed, the next ordinary write must fail rather than eat
+	// the reserve.
+	if err := w.setCeiling(ctx, want); err != nil {
+		return err
+	}
+	if relief {
+		defer func() {
+			if cerr := w.setCeiling(ctx, w.p.opts.ordinaryPages); cerr != nil {
+				w.p.opts.Logger.Error("storage could not restore its page ceiling after a relief write; the next write retries",
+					"provider", w.p.opts.Name, "error", cerr)
+			}
+		}()
+	}
+	if _, err := w.st[stBegin].ExecContext(ctx); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(ctx); err != nil {
+		// SQLite may already have rolled back (it may on SQLITE_FULL or an
+		// I/O error); a ROLLBACK finding no transaction is not news.
+		if _, rbErr := w.st[stRollback].ExecContext(ctx); rbErr != nil && !isNoTxn(rbErr) {
+			return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+		}
+		if errors.Is(err, errNoChange) {
+			return nil
+		}
+		return err
+	}
+	if _, err := w.st[stCommit].ExecContext(ctx); err != nil {
+		// A failed COMMIT may leave the transaction open; end it so the
+		// connection is clean for the next one.
+		if _, rbErr := w.st[stRollback].ExecContext(ctx); rbErr != nil && !isNoTxn(rbErr) {
+			return errors.Join(fmt.Errorf("commit: %w", err), fmt.Errorf("rollback: %w", rbErr))
+		}
+		return fmt.Errorf("commit: %w", err)
+	}
+	w.stats.commits.Add(1)
+	w.refreshPages(ctx)
+	return nil
+}
+
+// readTxn runs a read on the writer connection (read_connections: 0).
+func (w *writer) readTxn(fn func(q querier) error) error {
+	ctx := context.Background()
+	if _, err := w.st[stBegin].ExecContext(ctx); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	err := fn(writerQuerier{w})
+	if _, cerr := w.st[stCommit].ExecContext(ctx); cerr != nil && err == nil {
+		err = fmt.Errorf("end read: %w", cerr)
+	}
+	return err
+}
+
+func (w *writer) setCeiling(ctx context.Context, pages int64) error {
+	if pages == 0 || pages == w.ceiling {
+		return nil
+	}
+	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA max_page_count = %d`, pages)); err != nil {
+		w.ceiling = -1
+		return fmt.Errorf("set page ceiling %d: %w", pages, err)
+	}
+	w.ceiling = pages
+	return nil
+}
+
+func (w *writer) refreshPages(ctx context.Context) {
+	var n int64
+	if err := w.st[stPageCount].QueryRowContext(ctx).Scan(&n); err == nil {
+		w.p.pages.Store(n)
+	}
+}
+
+func isNoTxn(err error) bool {
+	var se *msqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_ERROR
+}
+
+// isFull reports SQLITE_FULL: the page ceiling, or the disk itself.
+func isFull(err error) bool {
+	var se *msqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
+}
+
+// publish hands a record to the writer and waits for its transaction.
+func (p *Provider) publish(ch *channel, rec storage.Record) (storage.Record, error) {
+	if p.closed.Load() {
+		return storage.Record{}, p.errClosed()
+	}
+	enc, err := encodeRecord(&rec)
+	if err != nil {
+		return storage.Record{}, fmt.Errorf("storage %s: %s %s: %w", p.opts.Name, ch.kind, ch.name, err)
+	}
+	r := &pubReq{ch: ch, rec: rec, enc: enc, done: make(chan struct{})}
+	select {
+	case p.w.pubs <- r:
+	case <-p.w.close:
+		return storage.Record{}, p.errClosed()
+	}
+	select {
+	case <-r.done:
+	case <-p.w.done:
+		// The writer may have answered just before it stopped.
+		select {
+		case <-r.done:
+		default:
+			return storage.Record{}, p.errClosed()
+		}
+	}
+	return r.out, r.err
+}
+
+// do runs fn as one op on the writer goroutine and waits for it.
+func (p *Provider) do(fn func(w *writer) error) error {
+	if p.closed.Load() {
+		return p.errClosed()
+	}
+	op := &opReq{fn: fn, done: make(chan error, 1)}
+	select {
+	case p.w.ops <- op:
+	case <-p.w.close:
+		return p.errClosed()
+	}
+	select {
+	case err := <-op.done:
+		return err
+	case <-p.w.done:
+		select {
+		case err := <-op.done:
+			return err
+		default:
+			return p.errClosed()
+		}
+	}
+}
+
+// wrap names the provider and turns SQLITE_FULL into storage.ErrFull.
+func (p *Provider) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, storage.ErrFull) || errors.Is(err, storage.ErrNotFound) ||
+		errors.Is(err, storage.ErrClosed) || errors.Is(err, storage.ErrBelowFloor) ||
+		errors.Is(err, storage.ErrBeyondEnd) {
+		return err
+	}
+	if isFull(err) {
+		return fmt.Errorf("storage %s: %s: %w (%w)", p.opts.Name, what, storage.ErrFull, err)
+	}
+	return fmt.Errorf("storage %s: %s: %w", p.opts.Name, what, err)
+}
+
+func (p *Provider) errClosed() error {
+	return fmt.Errorf("storage %s: %w", p.opts.Name, storage.ErrClosed)
+}
