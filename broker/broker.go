@@ -1,0 +1,341 @@
+// Package broker is the Sagüin daemon: an MQTT 5 / 3.1.1 broker on the
+// mochi-mqtt substrate that adds durable channels. Topics no channel claims
+// are broadcast, fanned out by the substrate; channel topics are stored on a
+// provider before they are acknowledged and delivered by Sagüin's own pumps.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/config"
+	"saguin.dev/broker/internal/clock"
+	"saguin.dev/broker/internal/msgid"
+	"saguin.dev/broker/topic"
+	"saguin.dev/storage"
+	"saguin.dev/storage/memory"
+	"saguin.dev/storage/sqlite"
+)
+
+// Options are what New needs besides the configuration.
+type Options struct {
+	// Clock is the broker's time; nil means the wall clock.
+	Clock clock.Clock
+	// Logger receives the broker's log; nil means text on stdout.
+	Logger *slog.Logger
+	// Build is the build revision written into snapshot headers.
+	Build string
+}
+
+// Broker is one running Sagüin.
+type Broker struct {
+	cfg   *config.Config
+	clock clock.Clock
+	log   *slog.Logger
+	build string
+
+	mqtt      *mqtt.Server
+	providers map[string]storage.Provider
+	channels  map[string]*channel
+	queues    []*channel
+	engines   map[string]*queueEngine // by queue name
+	resolver  *topic.Resolver
+	ids       msgid.Generator
+	listeners []net.Listener
+
+	mu       sync.Mutex
+	sessions map[string]*session // invariant 13: one per held client id, bounded by connections and expiry
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // pumps and background loops
+	closed sync.Once
+}
+
+// New opens every provider and channel the configuration names and prepares
+// the MQTT server. Nothing listens until Start.
+func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: logLevel(cfg.Broker.LogLevel)}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Broker{
+		cfg: cfg, clock: opts.Clock, log: opts.Logger.With("broker", cfg.Broker.ID), build: opts.Build,
+		providers: make(map[string]storage.Provider),
+		channels:  make(map[string]*channel),
+		sessions:  make(map[string]*session),
+		engines:   make(map[string]*queueEngine),
+		ctx:       ctx, cancel: cancel,
+	}
+	defer func() {
+		if err != nil {
+			b.closeProviders()
+			cancel()
+		}
+	}()
+	if err := b.openChannels(); err != nil {
+		return nil, err
+	}
+	b.mqtt = b.newServer()
+	return b, nil
+}
+
+func logLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// openChannels opens the providers channels use (a provider no channel
+// names stays closed: RFC 0002 §1.6) and each channel's store.
+func (b *Broker) openChannels() error {
+	var routes []topic.Route
+	for _, cc := range b.cfg.Channels {
+		p, err := b.provider(cc.Storage)
+		if err != nil {
+			return err
+		}
+		ch := newChannel(cc)
+		switch cc.Type {
+		case "append":
+			if cc.DeadLetterOf != "" {
+				// The dead-letter log is opened with its queue, in the same
+				// provider, so the move is one transaction (invariant 5).
+				break
+			}
+			if ch.log, err = p.Append(cc.Name); err != nil {
+				return fmt.Errorf("channel %s: %w", cc.Name, err)
+			}
+			ch.log.SetMaxBytes(cc.MaxBytes)
+		case "queue":
+			if ch.queue, err = p.Queue(cc.Name, cc.DeadLetter); err != nil {
+				return fmt.Errorf("channel %s: %w", cc.Name, err)
+			}
+			ch.queue.SetMaxBytes(cc.MaxBytes)
+			b.queues = append(b.queues, ch)
+			// invariant 15: a queue starts with nothing out; every job it
+			// holds is available now, with the attempts it had.
+			b.engines[cc.Name] = newQueueEngine(b, ch)
+		}
+		b.channels[cc.Name] = ch
+		for _, f := range cc.Filters {
+			routes = append(routes, topic.Route{Channel: cc.Name, Filter: f})
+		}
+	}
+	for _, q := range b.queues {
+		if dlq := b.channels[q.cfg.DeadLetter]; dlq != nil {
+			dlq.log = q.queue.DeadLetters()
+		}
+	}
+	r, err := topic.NewResolver(routes)
+	if err != nil {
+		return err
+	}
+	b.resolver = r
+	return nil
+}
+
+// provider opens a configured provider on first use.
+func (b *Broker) provider(name string) (storage.Provider, error) {
+	if p, ok := b.providers[name]; ok {
+		return p, nil
+	}
+	pc, ok := b.cfg.Providers[name]
+	if !ok {
+		return nil, fmt.Errorf("storage provider %q is not configured", name)
+	}
+	reserve := b.cfg.Broker.Limits.Reserve()
+	var p storage.Provider
+	var err error
+	switch pc.Type {
+	case "memory":
+		p, err = memory.Open(memory.Options{Name: name, SnapshotDir: pc.SnapshotDir, MaxBytes: pc.MaxBytes,
+			Reserve: reserve, Writer: b.build, Now: b.clock.Now})
+	case "sqlite":
+		p, err = sqlite.Open(sqlite.Options{Name: name, FilePath: pc.FilePath, MaxBytes: pc.MaxBytes,
+			Reserve: reserve, FlushInterval: pc.FlushInterval, PublishCommitInterval: pc.PublishCommitInterval,
+			PublishCommitNone: pc.PublishCommitNone, PublishCommitMaxRecords: pc.PublishCommitMaxRecords,
+			ReadConnections: pc.ReadConnections, Now: b.clock.Now, Writer: b.build})
+	default:
+		err = fmt.Errorf("unknown type %q", pc.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage provider %s: %w", name, err)
+	}
+	if pc.Type == "memory" {
+		// invariant 14: say exactly what memory storage keeps.
+		if pc.SnapshotDir == "" {
+			b.log.Warn("memory provider keeps nothing across a restart (snapshot_dir: none)", "provider", name)
+		} else {
+			b.log.Info("memory provider survives a graceful shutdown only, through its snapshot; a crash or power cut loses everything since the last snapshot",
+				"provider", name, "snapshot_dir", pc.SnapshotDir)
+		}
+	}
+	b.providers[name] = p
+	return p, nil
+}
+
+// newServer configures the substrate. Each setting closes one of its known
+// gaps (mochi-notes); rfcs/0006-substrate.md says why each is what it is.
+func (b *Broker) newServer() *mqtt.Server {
+	lim := b.cfg.Broker.Limits
+	caps := mqtt.NewDefaultServerCapabilities()
+	// Our channels own expiry; the substrate's 24h sweep would silently
+	// delete owed messages (invariant 2).
+	caps.MaximumMessageExpiryInterval = 0
+	caps.MaximumSessionExpiryInterval = uint32(lim.MaxSessionExpiry / time.Second)
+	caps.MaximumPacketSize = uint32(lim.MaxMessageSize)
+	// invariant 13: inbound alias table bounded (RFC 0002 §1.5: fixed at 16).
+	caps.TopicAliasMaximum = 16
+	caps.MaximumClientWritesPending = 128
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+	caps.Compatibilities.PassiveClientDisconnect = true
+	if b.cfg.Broker.MinProtocolVersion == 5 {
+		caps.MinimumProtocolVersion = 5
+	} else {
+		caps.MinimumProtocolVersion = 4 // MQTT 3.1 is never admitted
+	}
+	s := mqtt.New(&mqtt.Options{
+		Capabilities:             caps,
+		Logger:                   b.log,
+		ClientNetWriteBufferSize: 4096,
+		ClientNetReadBufferSize:  4096,
+		SysTopicResendInterval:   3600,
+	})
+	_ = s.AddHook(&hook{b: b}, nil)
+	return s
+}
+
+// Start opens the listeners and the background loops: retention sweeps (run
+// once now, so a broker that was down while records aged does not wait a
+// tick) and the position flusher.
+func (b *Broker) Start() error {
+	b.sweepAge()
+	b.sweepSize()
+	for _, l := range b.cfg.Broker.Listeners {
+		var ln net.Listener
+		var err error
+		switch l.Kind {
+		case "tcp":
+			ln, err = net.Listen("tcp", l.Address)
+		case "unix":
+			_ = os.Remove(l.Path)
+			ln, err = net.Listen("unix", l.Path)
+		default:
+			b.log.Warn("listener kind not served by this build", "listener", l.Name, "kind", l.Kind)
+			continue
+		}
+		if err != nil {
+			b.closeListeners()
+			return fmt.Errorf("listener %s: %w", l.Name, err)
+		}
+		b.listeners = append(b.listeners, ln)
+		wrapped := deadlineListener{Listener: ln, timeout: b.cfg.Broker.Limits.WriteTimeout}
+		if err := b.mqtt.AddListener(listeners.NewNet(l.Name, wrapped)); err != nil {
+			b.closeListeners()
+			return fmt.Errorf("listener %s: %w", l.Name, err)
+		}
+		b.log.Info("listening", "listener", l.Name, "address", ln.Addr().String())
+	}
+	if err := b.mqtt.Serve(); err != nil {
+		return err
+	}
+	b.background(b.flushLoop)
+	b.background(b.sweepLoop)
+	for _, q := range b.engines {
+		b.background(q.run)
+	}
+	return nil
+}
+
+func (b *Broker) background(f func(ctx context.Context)) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f(b.ctx)
+	}()
+}
+
+// Addr is the address of the first listener (tests bind port 0).
+func (b *Broker) Addr() net.Addr {
+	if len(b.listeners) == 0 {
+		return nil
+	}
+	return b.listeners[0].Addr()
+}
+
+func (b *Broker) closeListeners() {
+	for _, l := range b.listeners {
+		_ = l.Close()
+	}
+}
+
+// Close shuts the broker down gracefully: stop accepting, stop every pump,
+// store every position, then close the providers (the memory provider
+// writes its snapshot there: invariant 14).
+func (b *Broker) Close() error {
+	var err error
+	b.closed.Do(func() {
+		if b.mqtt != nil {
+			// The substrate's Close only writes DISCONNECT 0x8B (with passive
+			// disconnect it leaves the socket to the client) and then waits
+			// for every connection to end: a client that never answers would
+			// hold the shutdown for its keepalive. Sagüin closes them.
+			for _, cl := range b.mqtt.Clients.GetAll() {
+				_ = b.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
+				cl.Stop(packets.ErrServerShuttingDown)
+			}
+			_ = b.mqtt.Close()
+		}
+		b.cancel()
+		b.mu.Lock()
+		sessions := make([]*session, 0, len(b.sessions))
+		for _, s := range b.sessions {
+			sessions = append(sessions, s)
+		}
+		b.mu.Unlock()
+		for _, s := range sessions {
+			s.stopPumps(nil)
+		}
+		b.wg.Wait()
+		b.flushPositions(true)
+		err = b.closeProviders()
+	})
+	return err
+}
+
+func (b *Broker) closeProviders() error {
+	names := make([]string, 0, len(b.providers))
+	for n := range b.providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, n := range names {
+		if err := b.providers[n].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing storage provider %s: %w", n, err))
+		}
+	}
+	b.providers = map[string]storage.Provider{}
+	return errors.Join(errs...)
+}

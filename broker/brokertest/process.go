@@ -1,0 +1,170 @@
+package brokertest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds cmd/saguin once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "saguin-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "saguin")
+		_, file, _, _ := runtime.Caller(0)
+		moduleRoot := filepath.Dir(filepath.Dir(file))
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/saguin")
+		cmd.Dir = moduleRoot
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/saguin: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Process is the saguin binary running as a child process.
+type Process struct {
+	t       testing.TB
+	cfgPath string
+	cmd     *exec.Cmd
+	addr    string
+	out     *LogBuffer
+	exited  chan struct{}
+}
+
+var listeningLine = regexp.MustCompile(`msg=listening .*address=(\S+)`)
+
+// StartProcess runs the binary on cfgPath and waits until it listens.
+func StartProcess(t testing.TB, cfgPath string) *Process {
+	t.Helper()
+	p := &Process{t: t, cfgPath: cfgPath, out: &LogBuffer{}}
+	p.start()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("saguin output:\n%s", p.out.Tail(60))
+			_ = os.WriteFile(filepath.Join(os.TempDir(), "saguin-failed.log"), []byte(p.out.String()), 0o644)
+		}
+	})
+	return p
+}
+
+func (p *Process) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(Binary(p.t), "--config", p.cfgPath)
+	// An io.Pipe rather than StdoutPipe: Wait runs concurrently and would
+	// close a StdoutPipe before everything was read.
+	stdout, pw := io.Pipe()
+	p.cmd.Stdout = pw
+	p.cmd.Stderr = p.out
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = io.WriteString(p.out, line+"\n")
+			if m := listeningLine.FindStringSubmatch(line); m != nil && !sent {
+				addrc <- m[1]
+				sent = true
+			}
+		}
+	}()
+	go func() {
+		_ = p.cmd.Wait()
+		_ = pw.Close()
+		close(p.exited)
+	}()
+	select {
+	case p.addr = <-addrc:
+	case <-p.exited:
+		p.t.Fatalf("saguin exited before listening:\n%s", p.out)
+	case <-time.After(60 * time.Second):
+		p.Kill()
+		p.t.Fatalf("saguin did not start listening within a minute:\n%s", p.out)
+	}
+}
+
+// Address is host:port of the MQTT listener.
+func (p *Process) Address() string { return p.addr }
+
+// URL is the listener as an mqtt:// URL.
+func (p *Process) URL() string { return "mqtt://" + p.addr }
+
+// Output is everything the process printed.
+func (p *Process) Output() string { return p.out.String() }
+
+// Kill sends SIGKILL: the crash.
+func (p *Process) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// Term sends SIGTERM and waits for the graceful shutdown to finish.
+func (p *Process) Term() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		p.Kill()
+		p.t.Fatalf("saguin did not stop within a minute of SIGTERM:\n%s", p.out)
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		p.t.Fatalf("saguin exited %d after SIGTERM:\n%s", code, p.out)
+	}
+}
+
+// Restart starts the binary again on the same configuration (new port).
+func (p *Process) Restart() {
+	p.t.Helper()
+	p.start()
+}
+
+// Run runs the binary with args to completion and returns its exit code and
+// combined output.
+func Run(t testing.TB, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		t.Fatal(err)
+	}
+	return 0, strings.TrimSpace(string(out))
+}

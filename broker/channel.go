@@ -1,0 +1,43 @@
+package broker
+
+import (
+	"sync"
+
+	"saguin.dev/broker/config"
+	"saguin.dev/storage"
+)
+
+// channel is one configured channel as the broker runs it: its configuration,
+// its store, and a signal its consumers wait on for new records.
+type channel struct {
+	name string
+	cfg  config.Channel
+	// log is set for append channels (including every derived __dlq).
+	log storage.AppendLog
+	// queue is set for queue channels.
+	queue storage.QueueStore
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced each time a record lands
+}
+
+func newChannel(cfg config.Channel) *channel {
+	return &channel{name: cfg.Name, cfg: cfg, changed: make(chan struct{})}
+}
+
+// wait returns a channel that is closed the next time a record is stored.
+// A pump takes it before reading, so a record stored between the read and
+// the wait still wakes it.
+func (c *channel) wait() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// notify wakes every pump waiting on this channel.
+func (c *channel) notify() {
+	c.mu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}

@@ -1,0 +1,386 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/topic"
+	"saguin.dev/storage"
+)
+
+// Bounds on one consumer's pump (invariant 13): how many records it reads
+// from storage at a time, and how many QoS>0 deliveries it keeps unacknowledged
+// whatever Receive Maximum the client declared.
+const (
+	pumpReadBatch   = 256
+	pumpMaxInflight = 256
+)
+
+// consumer is one session's reading of one append channel: a cursor, not a
+// buffered copy, so it cannot overflow (RFC 0003 §8). It is served by a pump
+// goroutine of its own while the session is connected (invariant 16: a
+// delivery never runs on the publisher's goroutine).
+type consumer struct {
+	b    *Broker
+	sess *session
+	ch   *channel
+
+	mu sync.Mutex
+	// next is the next offset the pump reads (served-from).
+	next uint64
+	// inflight maps packet id → offset of each QoS>0 delivery not yet
+	// acknowledged, in the current era only.
+	inflight map[uint16]uint64
+	// era ends when a seek moves the position: acknowledgements of
+	// deliveries from a closed era are ignored (RFC 0003 §8 "Seek").
+	era uint64
+	// stored is the last position written to storage; dirty says the
+	// position moved since.
+	stored uint64
+	dirty  bool
+
+	wake   chan struct{} // an ack, a seek or a subscription change
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
+	return &consumer{
+		b: b, sess: s, ch: ch,
+		next:     start,
+		stored:   start,
+		inflight: make(map[uint16]uint64),
+		wake:     make(chan struct{}, 1),
+	}
+}
+
+// position is the lowest offset not acknowledged: what a restart resumes
+// from. It lags, never leads (RFC 0003 §8).
+func (c *consumer) positionLocked() uint64 {
+	pos := c.next
+	for _, off := range c.inflight {
+		if off < pos {
+			pos = off
+		}
+	}
+	return pos
+}
+
+func (c *consumer) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the pump for the connection cl. The caller has stopped any
+// earlier pump first (stop), so two pumps never write one consumer's records
+// out of order.
+func (c *consumer) start(cl *mqtt.Client) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.mu.Lock()
+	// A new connection resumes from the lowest unacknowledged offset: the
+	// deliveries of the old one are gone with it.
+	c.next = c.positionLocked()
+	c.inflight = make(map[uint16]uint64)
+	c.era++
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	done := c.done
+	c.mu.Unlock()
+	c.b.log.Debug("consumer serving", "client", c.sess.id, "channel", c.ch.name, "from", c.next)
+	c.b.wg.Add(1)
+	go func() {
+		defer c.b.wg.Done()
+		defer close(done)
+		c.run(ctx, cl)
+	}()
+}
+
+// stop ends the pump and waits for it.
+func (c *consumer) stop() {
+	c.mu.Lock()
+	cancel, done := c.cancel, c.done
+	c.cancel, c.done = nil, nil
+	c.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// acked applies a PUBACK for packet id pid.
+func (c *consumer) acked(pid uint16) {
+	c.mu.Lock()
+	if _, ok := c.inflight[pid]; ok {
+		delete(c.inflight, pid)
+		c.dirty = c.positionLocked() != c.stored
+	}
+	c.mu.Unlock()
+	c.poke()
+}
+
+// run is the pump: read from the consumer's offset, write what its filters
+// match, wait for room and for new records. It exits when ctx ends or the
+// connection fails.
+func (c *consumer) run(ctx context.Context, cl *mqtt.Client) {
+	for ctx.Err() == nil && !cl.Closed() {
+		c.mu.Lock()
+		from, era := c.next, c.era
+		c.mu.Unlock()
+
+		changed := c.ch.wait()
+		recs, floor, err := c.ch.log.Read(from, pumpReadBatch)
+		if errors.Is(err, storage.ErrBelowFloor) {
+			// invariant 1: a connected reader overtaken by the floor cannot be
+			// told (no CONNACK to carry it); it restarts at the floor, never
+			// served the oldest survivor as if nothing happened, and the
+			// operator is told how many records went.
+			c.mu.Lock()
+			if c.era == era && c.next < floor {
+				c.b.log.Warn("consumer overtaken by retention: restarting at the floor",
+					"client", c.sess.id, "channel", c.ch.name, "position", c.next,
+					"floor", floor, "lost_records", floor-c.next)
+				for pid, off := range c.inflight {
+					if off < floor {
+						delete(c.inflight, pid)
+					}
+				}
+				c.next = floor
+				c.dirty = true
+			}
+			c.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			c.b.log.Error("reading channel for a consumer", "channel", c.ch.name, "client", c.sess.id, "error", err)
+			if !c.sleep(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		if len(recs) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-c.wake:
+			}
+			continue
+		}
+		for i := range recs {
+			if !c.deliver(ctx, cl, &recs[i], era) {
+				break
+			}
+		}
+	}
+}
+
+func (c *consumer) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// deliver writes one record to the client if the consumer's filters match
+// it, waiting for room in the client's window first. It returns false when
+// the pump must re-read (era changed, context ended, connection failed).
+func (c *consumer) deliver(ctx context.Context, cl *mqtt.Client, rec *storage.Record, era uint64) bool {
+	m, ok := c.match(rec, cl)
+	if !ok {
+		// Nothing of this session's wants the record (filters, No Local):
+		// the position steps past it (RFC 0003 §7).
+		c.mu.Lock()
+		if c.era == era && c.next == rec.Offset {
+			c.next = rec.Offset + 1
+			c.dirty = c.positionLocked() != c.stored
+		}
+		stale := c.era != era
+		c.mu.Unlock()
+		return !stale
+	}
+
+	if m.qos > 0 {
+		for {
+			c.mu.Lock()
+			room := len(c.inflight) < pumpMaxInflight && windowFree(cl)
+			stale := c.era != era
+			c.mu.Unlock()
+			if stale {
+				return false
+			}
+			if room {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return false
+			case <-c.wake:
+			}
+		}
+	}
+
+	pk := c.b.deliveryPacket(rec, c.ch, m, c.b.clock.Now())
+	c.mu.Lock()
+	if c.era != era || c.next != rec.Offset {
+		c.mu.Unlock()
+		return false
+	}
+	if m.qos > 0 {
+		pid, err := cl.NextPacketID()
+		if err != nil {
+			c.mu.Unlock()
+			c.b.log.Warn("packet identifiers exhausted", "client", c.sess.id)
+			return c.sleep(ctx, 100*time.Millisecond)
+		}
+		pk.PacketID = uint16(pid)
+		c.inflight[pk.PacketID] = rec.Offset
+		c.sess.mu.Lock()
+		c.sess.pids[pk.PacketID] = c
+		c.sess.mu.Unlock()
+		// The substrate's table reserves the identifier and routes the
+		// PUBACK back to us through OnQosComplete.
+		cl.State.Inflight.Set(pk)
+	}
+	c.next = rec.Offset + 1
+	c.mu.Unlock()
+
+	if err := cl.WritePacket(pk); err != nil {
+		if errors.Is(err, packets.ErrPacketTooLarge) {
+			// RFC 0003 §5: a record too large for the subscriber's Maximum
+			// Packet Size disconnects it with 0x95 and is never skipped: the
+			// position stays below it.
+			c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
+				"client", c.sess.id, "channel", c.ch.name, "offset", rec.Offset)
+			c.unsend(cl, pk.PacketID, rec.Offset)
+			_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+		}
+		return false
+	}
+	if m.qos == 0 {
+		// QoS 0 advances as it is written to the socket: at-most-once from
+		// the socket on (RFC 0003 §8).
+		c.mu.Lock()
+		c.dirty = c.positionLocked() != c.stored
+		c.mu.Unlock()
+	}
+	return true
+}
+
+// unsend rolls back a delivery that never reached the wire.
+func (c *consumer) unsend(cl *mqtt.Client, pid uint16, off uint64) {
+	c.mu.Lock()
+	if pid != 0 {
+		delete(c.inflight, pid)
+	}
+	if off < c.next {
+		c.next = off
+	}
+	c.mu.Unlock()
+	if pid != 0 {
+		c.sess.forget(pid)
+		cl.State.Inflight.Delete(pid)
+	}
+}
+
+// matched is how one record is served to one session: the highest QoS
+// among matching subscriptions, every matching Subscription Identifier, and
+// whether any asked Retain As Published.
+type matched struct {
+	qos          byte
+	ids          []int
+	rap          bool
+	multiChannel bool
+}
+
+func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
+	var m matched
+	found := false
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	for _, s := range c.sess.subs {
+		if !topic.Match(s.filter, rec.Topic) {
+			continue
+		}
+		// No Local (RFC 0003 §7): the stored publisher id decides; a record
+		// with none is delivered.
+		if s.noLocal && rec.PublisherID != "" && rec.PublisherID == c.sess.id {
+			continue
+		}
+		found = true
+		if s.qos > m.qos {
+			m.qos = s.qos
+		}
+		if s.identifier > 0 {
+			m.ids = append(m.ids, s.identifier)
+		}
+		m.rap = m.rap || s.retainAsPublished
+		m.multiChannel = m.multiChannel || s.multiChannel
+	}
+	if found && m.qos > rec.QoS {
+		m.qos = rec.QoS // delivered at the lower of published and granted QoS
+	}
+	return m, found
+}
+
+// deliveryPacket builds the PUBLISH for a channel record: the publisher's
+// message unchanged, plus saguin-id, saguin-offset, saguin-timestamp and
+// (where the publisher set an expiry) saguin-expires, and saguin-channel
+// where the filter reaches more than one channel.
+func (b *Broker) deliveryPacket(rec *storage.Record, ch *channel, m matched, now time.Time) packets.Packet {
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.qos},
+		TopicName:   rec.Topic,
+		Payload:     rec.Payload,
+	}
+	// Retain flag: never set on append delivery unless Retain As Published
+	// was asked, and then the publisher's stored flag (MQTT-3.3.1-13).
+	pk.FixedHeader.Retain = m.rap && rec.Retain
+	p := &pk.Properties
+	p.ContentType = rec.ContentType
+	p.ResponseTopic = rec.ResponseTopic
+	p.CorrelationData = rec.CorrelationData
+	if rec.PayloadFormat != nil {
+		p.PayloadFormat = *rec.PayloadFormat
+		p.PayloadFormatFlag = true
+	}
+	user := make([]packets.UserProperty, 0, len(rec.Headers)+5)
+	for _, h := range rec.Headers {
+		user = append(user, packets.UserProperty{Key: h.Name, Val: h.Value})
+	}
+	user = append(user,
+		packets.UserProperty{Key: "saguin-id", Val: rec.MessageID},
+		packets.UserProperty{Key: "saguin-offset", Val: strconv.FormatUint(rec.Offset, 10)})
+	if !rec.Timestamp.IsZero() {
+		user = append(user, packets.UserProperty{Key: "saguin-timestamp", Val: strconv.FormatInt(rec.Timestamp.UnixMilli(), 10)})
+	}
+	if rec.MessageExpiry != nil {
+		expires := rec.Timestamp.Add(time.Duration(*rec.MessageExpiry) * time.Second)
+		user = append(user, packets.UserProperty{Key: "saguin-expires", Val: strconv.FormatInt(expires.UnixMilli(), 10)})
+		// The interval is delivered decremented by the wait and omitted once
+		// run out; the record itself stays (invariant 2).
+		if left := expires.Sub(now); left > 0 {
+			p.MessageExpiryInterval = uint32((left + time.Second - 1) / time.Second)
+		}
+	}
+	if m.multiChannel {
+		user = append(user, packets.UserProperty{Key: "saguin-channel", Val: ch.name})
+	}
+	p.User = user
+	if len(m.ids) > 0 {
+		p.SubscriptionIdentifier = m.ids
+	}
+	return pk
+}

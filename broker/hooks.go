@@ -1,0 +1,348 @@
+package broker
+
+import (
+	"bytes"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/storage"
+)
+
+// hook connects the substrate's events to the broker.
+type hook struct {
+	mqtt.HookBase
+	b *Broker
+}
+
+func (h *hook) ID() string { return "saguin" }
+
+func (h *hook) Provides(e byte) bool {
+	return bytes.Contains([]byte{
+		mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
+		mqtt.OnQosComplete, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
+		mqtt.OnDisconnect, mqtt.OnUnsubscribed, mqtt.OnClientExpired, mqtt.OnPacketEncode,
+	}, []byte{e})
+}
+
+// OnPacketEncode corrects one substrate behaviour: with Request Problem
+// Information 0 it drops User Properties from every packet, PUBLISH
+// included. MQTT-3.1.2-29 forbids Reason Strings and User Properties only on
+// packets other than PUBLISH, CONNACK and DISCONNECT; on a PUBLISH they are
+// the publisher's headers and Sagüin's saguin-* labels, and must arrive.
+func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish {
+		pk.Mods.DisallowProblemInfo = false
+		pk.Properties.ReasonString = ""
+	}
+	return pk
+}
+
+// Authentication and the ACL file land in a later step; until then every
+// client is admitted, as RFC 0002 §1.3 says for a broker with no password file.
+func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool { return true }
+func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool     { return true }
+
+// OnPacketRead takes the packets Sagüin answers itself before the substrate
+// sees them.
+func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	switch pk.FixedHeader.Type {
+	case packets.Subscribe:
+		return h.b.subscribe(cl, pk)
+	case packets.Puback, packets.Pubcomp:
+		// Routed here, before the substrate deletes the in-flight entry: from
+		// that deletion on, the packet identifier is free and a pump may take
+		// it for its next delivery, and an acknowledgement routed after that
+		// would credit the new delivery with the old one's PUBACK.
+		if s := h.b.sessionOf(cl.ID); s != nil && s.owner() == cl {
+			s.puback(cl, pk)
+		}
+	case packets.Disconnect:
+		// invariant 18: a clean DISCONNECT's positions are stored before the
+		// connection is closed, so a consumer that acknowledged and left is
+		// not sent the same records again.
+		h.b.disconnecting(cl, pk)
+	}
+	return pk, nil
+}
+
+func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	return h.b.publish(cl, pk)
+}
+
+// OnQosComplete runs once the substrate has freed the window slot of an
+// acknowledged delivery: the moment a pump or a queue waiting for room can
+// send again.
+func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if s := h.b.sessionOf(cl.ID); s != nil && s.owner() == cl {
+		s.roomFreed(h.b)
+	}
+}
+
+// OnSessionEstablish runs after CONNECT passed every check and before the
+// substrate looks at the session: the moment the new connection claims it.
+func (h *hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	h.b.claimSession(cl, pk)
+}
+
+// OnSessionEstablished runs after the CONNACK is written: the session's
+// consumers start serving the new connection only now, so nothing reaches
+// it before its CONNACK.
+func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
+	// The substrate's send quota defers deliveries and later sends them from
+	// the read loop through Inflight.NextImmediate, which takes the table's
+	// read lock twice: a write to the table from any other goroutine in
+	// between (every pump's delivery is one) deadlocks the read loop, which
+	// then stops reading PUBACKs. A zero maximum turns the machinery off;
+	// Sagüin's deliveries keep the client's Receive Maximum themselves
+	// (windowFree). This runs before the read loop starts.
+	cl.State.Inflight.ResetSendQuota(0)
+	s := h.b.sessionOf(cl.ID)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.cl != cl {
+		s.mu.Unlock()
+		return
+	}
+	cons := make([]*consumer, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		cons = append(cons, c)
+	}
+	queues := s.queueEngines(h.b)
+	s.mu.Unlock()
+	for _, c := range cons {
+		c.start(cl)
+	}
+	for _, q := range queues {
+		q.addWorker(s, cl)
+	}
+}
+
+// queueEngines lists the engines of the queues the session consumes.
+// Caller holds s.mu.
+func (s *session) queueEngines(b *Broker) []*queueEngine {
+	out := make([]*queueEngine, 0, len(s.queues))
+	for name := range s.queues {
+		if q := b.engines[name]; q != nil {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// returnJobs takes the session's worker registrations off connection cl and
+// returns every job that connection held (RFC 0003: returned whenever the
+// connection ends, whatever becomes of the session).
+func (b *Broker) returnJobs(s *session, cl *mqtt.Client) {
+	s.mu.Lock()
+	queues := s.queueEngines(b)
+	s.mu.Unlock()
+	for _, q := range queues {
+		q.removeWorker(s, cl)
+	}
+}
+
+func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	h.b.connectionEnded(cl, expire)
+}
+
+func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+	filters := make([]string, len(pk.Filters))
+	for i, f := range pk.Filters {
+		filters[i] = f.Filter
+	}
+	h.b.unsubscribed(cl, filters)
+}
+
+// OnClientExpired: the session's expiry passed while it was away. Its
+// positions go now, not at the next start, or a replacement device with the
+// same client id would inherit them (RFC 0003 §8).
+func (h *hook) OnClientExpired(cl *mqtt.Client) {
+	h.b.endSession(cl.ID, nil)
+}
+
+func (b *Broker) sessionOf(id string) *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sessions[id]
+}
+
+func (s *session) isDurable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.durable
+}
+
+// sessionExpiry is what the client was granted: the Session Expiry Interval
+// capped by limits.max_session_expiry; a 3.1.1 cleanSession=0 client gets the
+// cap (RFC 0003 §8).
+func (b *Broker) sessionExpiry(cl *mqtt.Client) time.Duration {
+	max := b.cfg.Broker.Limits.MaxSessionExpiry
+	if cl.Properties.ProtocolVersion < 5 {
+		if cl.Properties.Clean {
+			return 0
+		}
+		return max
+	}
+	d := time.Duration(cl.Properties.Props.SessionExpiryInterval) * time.Second
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+// claimSession makes cl the owner of its client id's session. A Clean Start
+// ends the old session first (its positions go with it); otherwise the old
+// connection's pumps stop and the session carries over.
+func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
+	b.mu.Lock()
+	s := b.sessions[cl.ID]
+	b.mu.Unlock()
+	if s != nil {
+		old := s.owner()
+		s.stopPumps(old)
+		if old != nil {
+			b.returnJobs(s, old)
+		}
+		b.flushSession(s, true)
+		if pk.Connect.Clean {
+			b.endSession(cl.ID, s)
+			s = nil
+		}
+	} else if pk.Connect.Clean {
+		// No session held in memory, but positions a previous run stored may
+		// be: a new session inherits nothing.
+		b.dropPositions(cl.ID)
+	}
+	if s == nil {
+		s = newSession(cl.ID)
+		b.mu.Lock()
+		b.sessions[cl.ID] = s
+		b.mu.Unlock()
+	}
+	exp := b.sessionExpiry(cl)
+	s.mu.Lock()
+	s.cl = cl
+	s.expiry = exp
+	s.durable = exp > 0
+	s.mu.Unlock()
+}
+
+// connectionEnded: the connection is gone. Its pumps stop and its positions
+// are stored; a session that ends with its connection is ended.
+func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
+	s := b.sessionOf(cl.ID)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	owner := s.cl == cl
+	if owner {
+		s.cl = nil
+	}
+	s.mu.Unlock()
+	if !owner {
+		// invariant 17: a connection that was taken over changes nothing.
+		return
+	}
+	s.stopPumps(cl)
+	b.returnJobs(s, cl)
+	b.flushSession(s, true)
+	if expire {
+		b.endSession(cl.ID, s)
+	}
+}
+
+// disconnecting handles a DISCONNECT before the substrate closes the
+// connection: a changed Session Expiry is applied and positions are stored.
+func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
+	s := b.sessionOf(cl.ID)
+	if s == nil || s.owner() != cl {
+		return
+	}
+	if pk.Properties.SessionExpiryIntervalFlag && cl.Properties.ProtocolVersion == 5 {
+		d := time.Duration(pk.Properties.SessionExpiryInterval) * time.Second
+		if d > b.cfg.Broker.Limits.MaxSessionExpiry {
+			d = b.cfg.Broker.Limits.MaxSessionExpiry
+		}
+		s.mu.Lock()
+		if s.durable || d == 0 {
+			s.expiry = d
+		}
+		s.mu.Unlock()
+	}
+	s.stopPumps(nil)
+	b.flushSession(s, true)
+}
+
+// endSession removes a session and every position it stored.
+func (b *Broker) endSession(id string, s *session) {
+	b.mu.Lock()
+	if s == nil {
+		s = b.sessions[id]
+	}
+	if s != nil && b.sessions[id] == s {
+		delete(b.sessions, id)
+	}
+	b.mu.Unlock()
+	if s != nil {
+		s.stopPumps(nil)
+		b.returnJobs(s, nil)
+	}
+	b.dropPositions(id)
+}
+
+func (b *Broker) dropPositions(id string) {
+	reader := "mqtt:" + id
+	for _, ch := range b.channels {
+		if ch.log == nil {
+			continue
+		}
+		if _, err := ch.log.DropPosition(reader); err != nil {
+			b.log.Error("dropping a position", "client", id, "channel", ch.name, "error", err)
+		}
+	}
+}
+
+// savePosition stores one consumer's position if it moved (or always, with
+// force). Only durable sessions store positions.
+func (b *Broker) savePosition(s *session, c *consumer, force bool) {
+	s.mu.Lock()
+	durable, expiry := s.durable, s.expiry
+	s.mu.Unlock()
+	if !durable {
+		return
+	}
+	c.mu.Lock()
+	pos := c.positionLocked()
+	if !c.dirty && !force {
+		c.mu.Unlock()
+		return
+	}
+	c.dirty = false
+	c.mu.Unlock()
+	err := c.ch.log.SavePosition(storage.Position{Reader: s.reader(), Offset: pos, LastSeen: b.clock.Now(), Expiry: expiry})
+	c.mu.Lock()
+	if err != nil {
+		c.dirty = true // written again at the next flush
+		b.log.Error("storing a position", "client", s.id, "channel", c.ch.name, "error", err)
+	} else if pos > c.stored || force {
+		c.stored = pos
+	}
+	c.mu.Unlock()
+}
+
+func (b *Broker) flushSession(s *session, force bool) {
+	s.mu.Lock()
+	cons := make([]*consumer, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		cons = append(cons, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cons {
+		b.savePosition(s, c, force)
+	}
+}

@@ -1,0 +1,209 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/storage"
+)
+
+// reservedPrefix marks Sagüin's own User Properties. A client may set only
+// saguin-id; every other saguin-* property it sends is dropped, so nobody can
+// forge delivery or dead-letter metadata (RFC 0003 §4).
+const reservedPrefix = "saguin-"
+
+// Reason codes Sagüin answers with that the substrate has no name for, or
+// whose substrate reason string says too little.
+var (
+	codeTopicInvalid   = packets.Code{Code: 0x90, Reason: "topic name invalid"}
+	codeQuotaExceeded  = packets.Code{Code: 0x97, Reason: "quota exceeded"}
+	codeImplementation = packets.Code{Code: 0x83, Reason: "implementation specific error"}
+	codeNotAuthorized  = packets.Code{Code: 0x87, Reason: "not authorized"}
+)
+
+func withReason(c packets.Code, reason string) packets.Code {
+	return packets.Code{Code: c.Code, Reason: reason}
+}
+
+// publish is the substrate's OnPublish: every PUBLISH a client sends passes
+// here before anything is acknowledged. Broadcast topics go back to the
+// substrate's fan-out; channel topics are stored and then acknowledged by the
+// substrate (invariants 16, 18: PUBACK only after the record is stored), and
+// never fanned out by it (invariant 11: channels deliver their own records).
+func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return pk, nil
+	}
+	t := pk.TopicName
+	lim := b.cfg.Broker.Limits
+	// Bounds checked on what the packet declares, before anything is kept
+	// (invariant 13).
+	if len(t) > lim.MaxTopicLength {
+		return b.refuse(cl, pk, withReason(codeTopicInvalid,
+			fmt.Sprintf("topic is %d bytes; limits.max_topic_length is %d", len(t), lim.MaxTopicLength)))
+	}
+	if n := strings.Count(t, "/") + 1; n > lim.MaxTopicLevels {
+		return b.refuse(cl, pk, withReason(codeTopicInvalid,
+			fmt.Sprintf("topic has %d levels; limits.max_topic_levels is %d", n, lim.MaxTopicLevels)))
+	}
+	if n := len(pk.Properties.User); n > lim.MaxHeaderCount {
+		return b.refuse(cl, pk, withReason(codeQuotaExceeded,
+			fmt.Sprintf("%d user properties; limits.max_header_count is %d", n, lim.MaxHeaderCount)))
+	}
+	var hb int64
+	for _, u := range pk.Properties.User {
+		hb += int64(len(u.Key) + len(u.Val))
+	}
+	if hb > lim.MaxHeaderBytes {
+		return b.refuse(cl, pk, withReason(codeQuotaExceeded,
+			fmt.Sprintf("user properties hold %d bytes; limits.max_header_bytes is %d", hb, lim.MaxHeaderBytes)))
+	}
+
+	switch {
+	case strings.HasPrefix(t, "$saguin/"):
+		return b.publishReserved(cl, pk)
+	case strings.HasPrefix(t, "$share/"):
+		return b.refuse(cl, pk, withReason(codeTopicInvalid, "$share/ is a subscription form, not a topic"))
+	case t == "$SYS" || strings.HasPrefix(t, "$SYS/"):
+		return b.refuse(cl, pk, withReason(codeNotAuthorized, "$SYS is the broker's"))
+	}
+
+	name, ok := b.resolver.Resolve(t)
+	if !ok {
+		// Broadcast: forwarded as published, less any saguin-* property.
+		pk.Properties.User = stripReserved(pk.Properties.User, false)
+		return pk, nil
+	}
+	ch := b.channels[name]
+	if ch.cfg.DeadLetterOf != "" {
+		return b.refuse(cl, pk, withReason(codeNotAuthorized,
+			fmt.Sprintf("%s is the dead-letter channel of queue %s; only the broker writes it", ch.name, ch.cfg.DeadLetterOf)))
+	}
+	switch {
+	case ch.log != nil:
+		rec := b.recordOf(cl, pk)
+		if _, err := ch.log.Append(rec); err != nil {
+			return b.refuse(cl, pk, storeRefusal(ch.name, err))
+		}
+		ch.notify()
+	case ch.queue != nil:
+		rec := b.recordOf(cl, pk)
+		// A retained publish to a queue is accepted with the flag dropped:
+		// a job is nobody's current value (RFC 0003 "Retained messages").
+		rec.Retain = false
+		if _, err := ch.queue.Enqueue(rec); err != nil {
+			return b.refuse(cl, pk, storeRefusal(ch.name, err))
+		}
+	default:
+		return b.refuse(cl, pk, withReason(codeImplementation,
+			fmt.Sprintf("channel %s is a %s channel, which this broker does not serve yet", ch.name, ch.cfg.Type)))
+	}
+	// Stored: the substrate sends the PUBACK/PUBREC and, because the packet
+	// is marked ignored, fans nothing out.
+	return pk, packets.CodeSuccessIgnore
+}
+
+// storeRefusal maps a storage failure to the code RFC 0002 §3.3 names: 0x97
+// at a bound, 0x83 for any other failure. Either way nothing is acknowledged.
+func storeRefusal(channel string, err error) packets.Code {
+	if errors.Is(err, storage.ErrFull) {
+		return withReason(codeQuotaExceeded, fmt.Sprintf("channel %s is full", channel))
+	}
+	return withReason(codeImplementation, fmt.Sprintf("channel %s could not store the record", channel))
+}
+
+// refuse answers a publish the broker will not keep. MQTT 5 QoS>0 gets the
+// reason code on its PUBACK; QoS 0 is dropped; a 3.1.1 client, which has no
+// reason codes, is disconnected (RFC 0002 §3.3, "3.1.1: closed") rather than
+// acknowledged — never acknowledged and then dropped.
+func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
+	b.log.Debug("publish refused", "client", cl.ID, "topic", pk.TopicName, "code", code.Code, "reason", code.Reason)
+	if pk.FixedHeader.Qos == 0 {
+		return pk, packets.ErrRejectPacket
+	}
+	if cl.Properties.ProtocolVersion < 5 {
+		cl.Stop(code)
+		return pk, packets.ErrRejectPacket
+	}
+	if pk.FixedHeader.Qos == 2 {
+		// The substrate answers codes with a PUBACK only; a QoS 2 exchange
+		// needs a PUBREC.
+		ack := packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Pubrec},
+			PacketID:    pk.PacketID,
+			ReasonCode:  code.Code,
+			Properties:  packets.Properties{ReasonString: code.Reason},
+		}
+		_ = cl.WritePacket(ack)
+		return pk, packets.ErrRejectPacket
+	}
+	return pk, code
+}
+
+// recordOf turns a PUBLISH into the record RFC 0003 §4 describes.
+func (b *Broker) recordOf(cl *mqtt.Client, pk packets.Packet) storage.Record {
+	now := b.clock.Now()
+	p := pk.Properties
+	rec := storage.Record{
+		Topic:           pk.TopicName,
+		Timestamp:       now,
+		Payload:         pk.Payload,
+		ContentType:     p.ContentType,
+		ResponseTopic:   p.ResponseTopic,
+		CorrelationData: p.CorrelationData,
+		Retain:          pk.FixedHeader.Retain,
+		QoS:             pk.FixedHeader.Qos,
+		PublisherID:     cl.ID,
+	}
+	if p.PayloadFormatFlag {
+		f := p.PayloadFormat
+		rec.PayloadFormat = &f
+	}
+	if p.MessageExpiryInterval > 0 {
+		e := p.MessageExpiryInterval
+		rec.MessageExpiry = &e
+	}
+	for _, u := range p.User {
+		if u.Key == "saguin-id" && rec.MessageID == "" && u.Val != "" {
+			// invariant 8: a publisher's own Message ID is kept, so a
+			// redriven dead letter stays the same message.
+			rec.MessageID = u.Val
+		}
+	}
+	if rec.MessageID == "" {
+		rec.MessageID = b.ids.New(now)
+	}
+	if hs := stripReserved(p.User, true); len(hs) > 0 {
+		rec.Headers = make([]storage.Header, len(hs))
+		for i, u := range hs {
+			rec.Headers[i] = storage.Header{Name: u.Key, Value: u.Val}
+		}
+	}
+	return rec
+}
+
+// stripReserved drops every saguin-* User Property. With dropID, saguin-id
+// goes too (it is carried in the record's MessageID instead of its headers);
+// without, saguin-id is kept, as on broadcast where the packet is forwarded.
+func stripReserved(in []packets.UserProperty, dropID bool) []packets.UserProperty {
+	keep := 0
+	for _, u := range in {
+		if !strings.HasPrefix(u.Key, reservedPrefix) || (!dropID && u.Key == "saguin-id") {
+			keep++
+		}
+	}
+	if keep == len(in) {
+		return in
+	}
+	out := make([]packets.UserProperty, 0, keep)
+	for _, u := range in {
+		if !strings.HasPrefix(u.Key, reservedPrefix) || (!dropID && u.Key == "saguin-id") {
+			out = append(out, u)
+		}
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package broker
+
+import (
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// session is Sagüin's part of a client id's session: the channel consumers it
+// holds and which connection currently owns it. MQTT's own part
+// (subscriptions for broadcast, in-flight broadcast deliveries) is kept by
+// the substrate.
+type session struct {
+	id string
+
+	mu sync.Mutex
+	// subscribing is held while a SUBSCRIBE is processed, SUBACK included. A
+	// queue registers a new worker before the SUBACK (so a worker is
+	// offered work from the moment its SUBACK is out) and its write waits
+	// here, so the SUBACK always reaches the client first.
+	subscribing sync.Mutex
+	// cl is the connection that owns the session now; nil while away.
+	// Invariant 17: only this connection changes what is kept here.
+	cl *mqtt.Client
+	// durable: the session outlives its connection (Session Expiry Interval
+	// > 0, or 3.1.1 cleanSession=0), so positions are stored.
+	durable bool
+	expiry  time.Duration
+	// consumers by channel name: one per append channel the session's
+	// filters reach.
+	consumers map[string]*consumer
+	// pids maps a packet identifier Sagüin took for a delivery (a channel
+	// record or a queue job) to what the PUBACK acknowledges, so a PUBACK
+	// finds its delivery in O(1).
+	pids map[uint16]ackTarget
+	// queues are the queues this session consumes ($saguin/queue/<name>).
+	queues map[string]bool
+	// subs are the session's channel-reaching subscriptions by filter.
+	subs map[string]subscription
+}
+
+// subscription is one SUBSCRIBE filter with the options Sagüin serves it by.
+type subscription struct {
+	filter            string
+	qos               byte
+	identifier        int // 0: none
+	noLocal           bool
+	retainAsPublished bool
+	retainHandling    byte
+	// multiChannel: the filter reaches more than one channel, so deliveries
+	// carry saguin-channel (RFC 0003 §4).
+	multiChannel bool
+}
+
+func newSession(id string) *session {
+	return &session{
+		id:        id,
+		consumers: make(map[string]*consumer),
+		pids:      make(map[uint16]ackTarget),
+		queues:    make(map[string]bool),
+		subs:      make(map[string]subscription),
+	}
+}
+
+// reader is the name positions are stored under (RFC 0004 §3).
+func (s *session) reader() string { return "mqtt:" + s.id }
+
+// windowFree reports whether the client's Receive Maximum leaves room for
+// one more QoS>0 delivery. The substrate's in-flight table counts every
+// outstanding exchange with this client, ours and its own.
+func windowFree(cl *mqtt.Client) bool {
+	rm := int(cl.Properties.Props.ReceiveMaximum)
+	if rm == 0 {
+		rm = 65535 // MQTT 5 §3.1.2.11.3: absent means 65,535
+	}
+	return cl.State.Inflight.Len() < rm
+}
+
+// owner returns the connection that owns the session, or nil.
+func (s *session) owner() *mqtt.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cl
+}
+
+// forget drops a packet id the session's pumps held.
+func (s *session) forget(pid uint16) {
+	s.mu.Lock()
+	delete(s.pids, pid)
+	s.mu.Unlock()
+}
+
+// stopPumps stops every consumer's pump and takes their deliveries out of
+// the connection's in-flight table, so the substrate neither resends them nor
+// copies them into a taking-over connection: a channel consumer resumes from
+// its position, never from a delivery that belonged to a connection that is
+// gone (invariant 15's rule for channels, RFC 0003 §8).
+func (s *session) stopPumps(cl *mqtt.Client) {
+	s.mu.Lock()
+	cons := make([]*consumer, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		cons = append(cons, c)
+	}
+	pids := s.pids
+	s.pids = make(map[uint16]ackTarget)
+	s.mu.Unlock()
+	for _, c := range cons {
+		c.stop()
+	}
+	if cl != nil {
+		for pid, target := range pids {
+			if _, isConsumer := target.(*consumer); !isConsumer {
+				continue // queue deliveries are returned by their engine
+			}
+			cl.State.Inflight.Delete(pid)
+		}
+	}
+}
+
+// puback routes a PUBACK to the consumer whose delivery it acknowledges.
+// Reports whether it was one of ours.
+func (s *session) puback(cl *mqtt.Client, pk packets.Packet) bool {
+	s.mu.Lock()
+	c, ok := s.pids[pk.PacketID]
+	if ok {
+		delete(s.pids, pk.PacketID)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	c.acked(pk.PacketID)
+	return true
+}
+
+// roomFreed wakes everything that may be waiting for room in the client's
+// window: the session's consumers and the queues it works.
+func (s *session) roomFreed(b *Broker) {
+	s.mu.Lock()
+	cons := make([]*consumer, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		cons = append(cons, c)
+	}
+	queues := s.queueEngines(b)
+	s.mu.Unlock()
+	for _, c := range cons {
+		c.poke()
+	}
+	for _, q := range queues {
+		q.poke()
+	}
+}
+
+// ackTarget is what a PUBACK for one of Sagüin's deliveries acknowledges.
+type ackTarget interface {
+	acked(pid uint16)
+}

@@ -1,0 +1,406 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/topic"
+	"saguin.dev/storage"
+)
+
+// Reason codes on a SUBACK (RFC 0002 §3.2).
+const (
+	subackImplementation = 0x83
+	subackNotAuthorized  = 0x87
+	subackFilterInvalid  = 0x8F
+	subackQuotaExceeded  = 0x97
+	subackV3Failure      = 0x80
+)
+
+// handled replaces a packet Sagüin has fully processed in OnPacketRead, so
+// the substrate does nothing more with it: a PUBACK for packet identifier 0,
+// which no delivery ever uses, is looked up, not found and ignored.
+var handled = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}}
+
+// subscribe serves a SUBSCRIBE in place of the substrate, which can answer a
+// filter only with the codes it knows. Sagüin decides each filter's code
+// itself (RFC 0002 §3.2), registers broadcast interest with the substrate's
+// index, writes the SUBACK, and only then lets channel pumps and retained
+// broadcast values flow, so the SUBACK always goes first.
+func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if code := pk.SubscribeValidate(); code != packets.CodeSuccess {
+		// No filters, bad packet id: a protocol error ends the connection.
+		_ = b.mqtt.DisconnectClient(cl, code)
+		return pk, code
+	}
+	v5 := cl.Properties.ProtocolVersion == 5
+	for _, f := range pk.Filters {
+		if v5 && f.NoLocal && strings.HasPrefix(f.Filter, "$share/") {
+			_ = b.mqtt.DisconnectClient(cl, packets.ErrProtocolViolationInvalidSharedNoLocal) // [MQTT-3.8.3-4]
+			return pk, packets.ErrProtocolViolationInvalidSharedNoLocal
+		}
+		if f.RetainHandling == 3 {
+			_ = b.mqtt.DisconnectClient(cl, packets.ErrProtocolViolation)
+			return pk, packets.ErrProtocolViolation
+		}
+	}
+
+	// An unread saguin-* instruction refuses every filter in the packet
+	// (RFC 0003 §4: unknown instruction refused, unknown data stripped).
+	packetCode := byte(0)
+	for _, u := range pk.Properties.User {
+		if strings.HasPrefix(u.Key, reservedPrefix) {
+			packetCode = subackImplementation
+			b.log.Warn("SUBSCRIBE refused: unread saguin- property", "client", cl.ID, "property", u.Key)
+		}
+	}
+
+	s := b.sessionOf(cl.ID)
+	if s != nil {
+		s.subscribing.Lock()
+		defer s.subscribing.Unlock()
+	}
+	codes := make([]byte, len(pk.Filters))
+	var started []*consumer
+	type retainedPass struct {
+		sub     packets.Subscription
+		existed bool
+	}
+	var retained []retainedPass
+	for i, f := range pk.Filters {
+		code := packetCode
+		if code == 0 {
+			code = b.filterCode(cl, f)
+		}
+		if code >= 0x80 {
+			if !v5 {
+				code = subackV3Failure
+			}
+			codes[i] = code
+			continue
+		}
+		f.Qos = code
+		if len(pk.Properties.SubscriptionIdentifier) > 0 {
+			f.Identifier = pk.Properties.SubscriptionIdentifier[0]
+		}
+		codes[i] = f.Qos
+
+		if strings.HasPrefix(f.Filter, "$saguin/") {
+			// The queue form and the seek reply topic. Registered with the
+			// substrate only so that UNSUBSCRIBE finds them; nothing is ever
+			// published to them (publish refuses both topics).
+			b.mqtt.Topics.Subscribe(cl.ID, f)
+			cl.State.Subscriptions.Add(f.Filter, f)
+			if name, ok := strings.CutPrefix(f.Filter, "$saguin/queue/"); ok && s != nil {
+				s.mu.Lock()
+				s.queues[name] = true
+				s.mu.Unlock()
+				b.engines[name].addWorker(s, cl)
+			}
+			continue
+		}
+		// Broadcast interest: the substrate's index serves every topic no
+		// channel claims (it never sees channel records: publish marks them
+		// ignored).
+		isNew := b.mqtt.Topics.Subscribe(cl.ID, f)
+		cl.State.Subscriptions.Add(f.Filter, f)
+		if isNew {
+			atomic.AddInt64(&b.mqtt.Info.Subscriptions, 1)
+		}
+		retained = append(retained, retainedPass{f, !isNew})
+		if s != nil && !strings.HasPrefix(f.Filter, "$share/") {
+			started = append(started, b.addChannelSubscription(s, cl, f)...)
+		}
+	}
+
+	b.log.Debug("subscribe", "client", cl.ID, "filters", len(pk.Filters), "codes", codes, "consumers", len(started))
+	ack := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Suback},
+		PacketID:    pk.PacketID,
+		ReasonCodes: codes,
+	}
+	if err := cl.WritePacket(ack); err != nil {
+		return pk, err
+	}
+	for _, r := range retained {
+		b.sendRetained(cl, r.sub, r.existed)
+	}
+	for _, c := range started {
+		c.start(cl)
+	}
+	return handled, nil
+}
+
+// filterCode decides one filter: the granted QoS, or the refusal RFC 0002
+// §3.2 names for it.
+func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) byte {
+	filter := f.Filter
+	lim := b.cfg.Broker.Limits
+	inner := filter
+	if rest, ok := strings.CutPrefix(filter, "$share/"); ok {
+		group, in, ok := strings.Cut(rest, "/")
+		if !ok || group == "" || strings.ContainsAny(group, "+#") || in == "" ||
+			strings.HasPrefix(strings.ToLower(in), "$share/") {
+			return subackFilterInvalid
+		}
+		if cl.Properties.ProtocolVersion < 5 {
+			return subackFilterInvalid
+		}
+		inner = in
+	} else if strings.HasPrefix(strings.ToLower(filter), "$share/") {
+		return subackFilterInvalid // $share must be lower case
+	}
+	if err := topic.ValidFilter(inner); err != nil {
+		return subackFilterInvalid
+	}
+	if strings.Count(inner, "/")+1 > lim.MaxTopicLevels {
+		return subackFilterInvalid
+	}
+	if strings.HasPrefix(inner, "$SYS") {
+		return subackNotAuthorized
+	}
+	if strings.HasPrefix(inner, "$saguin/") {
+		if inner != filter {
+			return subackNotAuthorized // neither reserved space inside $share/
+		}
+		if name, ok := strings.CutPrefix(inner, "$saguin/queue/"); ok {
+			return b.queueFormCode(cl, f, name)
+		}
+		if name, ok := seekReplyChannel(inner); ok {
+			if ch := b.channels[name]; ch != nil && ch.log != nil {
+				return min(f.Qos, 2)
+			}
+		}
+		return subackNotAuthorized
+	}
+	// invariant 11: a filter lying wholly inside a queue's filter, and
+	// reaching that queue, would be granted and then served none of what it
+	// asked for: refused, naming the one form that consumes a queue. (A
+	// filter inside the queue's filter that reaches only its dead-letter
+	// channel, jobs/__dlq/#, is an ordinary append subscription.)
+	reached := b.resolver.Reaching(inner)
+	for _, q := range b.queues {
+		if !slices.Contains(reached, q.name) {
+			continue
+		}
+		for _, qf := range q.cfg.Filters {
+			if topic.Inside(inner, qf) {
+				return subackFilterInvalid
+			}
+		}
+	}
+	return min(f.Qos, 2)
+}
+
+// queueFormCode decides a subscription to $saguin/queue/<name>: the one form
+// that consumes a queue (invariant 4). The last level is compared as a name,
+// not as a filter, so no wildcard or deeper form can stand in for it.
+func (b *Broker) queueFormCode(cl *mqtt.Client, f packets.Subscription, name string) byte {
+	if b.engines[name] == nil {
+		return subackFilterInvalid // not a queue (a __dlq name included)
+	}
+	if cl.Properties.ProtocolVersion < 5 {
+		// A worker needs Correlation Data and a Response Topic to answer.
+		return subackFilterInvalid
+	}
+	if f.NoLocal {
+		// A job withheld from the one worker that published it would never
+		// move again (RFC 0003 "Delivery").
+		return subackFilterInvalid
+	}
+	if f.Qos == 0 {
+		return subackImplementation // a job needs a PUBACK to lease
+	}
+	return 1 // QoS 2 is granted as 1
+}
+
+func seekReplyChannel(filter string) (string, bool) {
+	rest, ok := strings.CutPrefix(filter, "$saguin/consumer/")
+	if !ok {
+		return "", false
+	}
+	name, ok := strings.CutSuffix(rest, "/seek/reply")
+	if !ok || strings.ContainsAny(name, "/+#") {
+		return "", false
+	}
+	return name, true
+}
+
+// addChannelSubscription records filter f on the session and gives it a
+// consumer on every append channel it reaches (RFC 0002 §2.2), positioned
+// where RFC 0003 §8 says. It returns the new consumers, which the caller
+// starts once the SUBACK is written: the SUBACK always goes first.
+func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.Subscription) []*consumer {
+	reached := b.resolver.Reaching(f.Filter)
+	var logs []*channel
+	for _, name := range reached {
+		if ch := b.channels[name]; ch != nil && ch.log != nil {
+			logs = append(logs, ch)
+		}
+	}
+	if len(logs) == 0 {
+		return nil
+	}
+	sub := subscription{
+		filter: f.Filter, qos: f.Qos, identifier: f.Identifier, noLocal: f.NoLocal,
+		retainAsPublished: f.RetainAsPublished, retainHandling: f.RetainHandling,
+		multiChannel: len(reached) > 1,
+	}
+	v5 := cl.Properties.ProtocolVersion == 5
+
+	s.mu.Lock()
+	s.subs[f.Filter] = sub
+	durable := s.durable
+	var fresh []*channel
+	var existing []*consumer
+	for _, ch := range logs {
+		if c := s.consumers[ch.name]; c != nil {
+			existing = append(existing, c)
+		} else {
+			fresh = append(fresh, ch)
+		}
+	}
+	s.mu.Unlock()
+
+	var out []*consumer
+	for _, ch := range fresh {
+		start, err := b.startingPosition(s, ch, durable, v5 && sub.retainHandling == 2)
+		if err != nil {
+			b.log.Error("reading a stored position", "client", s.id, "channel", ch.name, "error", err)
+			start = ch.log.Next()
+		}
+		c := newConsumer(b, s, ch, start)
+		s.mu.Lock()
+		if s.consumers[ch.name] != nil || s.cl != cl {
+			s.mu.Unlock()
+			continue
+		}
+		s.consumers[ch.name] = c
+		s.mu.Unlock()
+		out = append(out, c) // started once the SUBACK is written
+	}
+	for _, c := range existing {
+		// A filter added later does not reach back (RFC 0003 §8): the
+		// consumer goes on from where it is, now matching more.
+		c.poke()
+	}
+	return out
+}
+
+// startingPosition is where a new consumer of ch begins: its stored
+// position when the session is durable and has one; otherwise the floor, or
+// the head on a start: tail channel. Retain Handling 2 means only new
+// records: without a position, the head; with one, the position is
+// committed at the head and the backlog dropped (RFC 0003 §8).
+func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (uint64, error) {
+	if durable {
+		p, ok, err := ch.log.Position(s.reader())
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			if rh2 {
+				head := ch.log.Next()
+				return head, ch.log.SavePosition(storage.Position{Reader: s.reader(), Offset: head,
+					LastSeen: b.clock.Now(), Expiry: s.expiry})
+			}
+			if p.Offset < ch.log.Floor() {
+				// invariant 1: a position below the floor is never served the
+				// oldest survivor as if nothing happened; the reader restarts
+				// where a reader with no position starts, and the operator is
+				// told what was lost.
+				b.log.Warn("stored position below the retention floor: restarting",
+					"client", s.id, "channel", ch.name, "position", p.Offset, "floor", ch.log.Floor())
+			} else {
+				return p.Offset, nil
+			}
+		}
+	}
+	if rh2 || ch.cfg.StartTail {
+		return ch.log.Next(), nil
+	}
+	return ch.log.Floor(), nil
+}
+
+// unsubscribed drops filters from the session's channel subscriptions and
+// stops consumers no remaining filter reaches.
+func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
+	s := b.sessionOf(cl.ID)
+	if s == nil {
+		return
+	}
+	var leftQueues []*queueEngine
+	s.mu.Lock()
+	for _, f := range filters {
+		delete(s.subs, f)
+		if name, ok := strings.CutPrefix(f, "$saguin/queue/"); ok && s.queues[name] {
+			delete(s.queues, name)
+			leftQueues = append(leftQueues, b.engines[name])
+		}
+	}
+	var gone []*consumer
+	for name, c := range s.consumers {
+		still := false
+		for f := range s.subs {
+			for _, r := range b.resolver.Reaching(f) {
+				if r == name {
+					still = true
+				}
+			}
+		}
+		if !still {
+			gone = append(gone, c)
+			delete(s.consumers, name)
+		}
+	}
+	s.mu.Unlock()
+	for _, q := range leftQueues {
+		q.removeWorker(s, cl)
+	}
+	for _, c := range gone {
+		c.stop()
+		b.savePosition(s, c, true)
+	}
+}
+
+// sendRetained serves broadcast retained values matching a new subscription
+// (MQTT 5 §3.3.1.3, Retain Handling; nothing to $share).
+func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, existed bool) {
+	if strings.HasPrefix(sub.Filter, "$share/") || sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) {
+		return
+	}
+	for _, pk := range b.mqtt.Topics.Messages(sub.Filter) {
+		if _, claimed := b.resolver.Resolve(pk.TopicName); claimed {
+			continue
+		}
+		out := pk.Copy(false)
+		out.FixedHeader.Retain = true
+		if out.FixedHeader.Qos > sub.Qos {
+			out.FixedHeader.Qos = sub.Qos
+		}
+		out.Properties.SubscriptionIdentifier = nil
+		if sub.Identifier > 0 {
+			out.Properties.SubscriptionIdentifier = []int{sub.Identifier}
+		}
+		if out.FixedHeader.Qos > 0 {
+			if !windowFree(cl) {
+				continue
+			}
+			pid, err := cl.NextPacketID()
+			if err != nil {
+				return
+			}
+			out.PacketID = uint16(pid)
+			cl.State.Inflight.Set(out)
+		}
+		if err := cl.WritePacket(out); err != nil {
+			b.log.Debug("retained value not written", "client", cl.ID, "error", fmt.Sprint(err))
+			return
+		}
+	}
+}
