@@ -80,6 +80,7 @@ func (b *Broker) sweepLoop(ctx context.Context) {
 // moves in the same transaction as the deletion (the store's Trim keeps
 // invariant 1); consumers are woken so one overtaken learns of it.
 func (b *Broker) sweepAge() {
+	b.sweepRetained()
 	for _, q := range b.engines {
 		q.sweepExpired()
 	}

@@ -51,6 +51,7 @@ type Broker struct {
 	queues    []*channel
 	engines   map[string]*queueEngine // by queue name
 	resolver  *topic.Resolver
+	retained  storage.ValueStore // broadcast retained values (broker.retained)
 	ids       msgid.Generator
 	listeners []net.Listener
 
@@ -88,6 +89,9 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		}
 	}()
 	if err := b.openChannels(); err != nil {
+		return nil, err
+	}
+	if err := b.openRetained(); err != nil {
 		return nil, err
 	}
 	b.mqtt = b.newServer()

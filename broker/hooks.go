@@ -23,6 +23,7 @@ func (h *hook) Provides(e byte) bool {
 		mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
 		mqtt.OnQosComplete, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect, mqtt.OnUnsubscribed, mqtt.OnClientExpired, mqtt.OnPacketEncode,
+		mqtt.OnRetainMessage,
 	}, []byte{e})
 }
 
@@ -65,6 +66,19 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		h.b.disconnecting(cl, pk)
 	}
 	return pk, nil
+}
+
+// OnRetainMessage discards the substrate's in-memory copy of a retained
+// value: Sagüin keeps retained values on a provider (publish stored it before
+// this runs), and a second, unbounded copy in memory would be invariant 13
+// broken quietly.
+func (h *hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
+	if r > 0 {
+		h.b.mqtt.Topics.RetainMessage(packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true},
+			TopicName:   pk.TopicName,
+		})
+	}
 }
 
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {

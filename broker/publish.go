@@ -76,6 +76,11 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if !ok {
 		// Broadcast: forwarded as published, less any saguin-* property.
 		pk.Properties.User = stripReserved(pk.Properties.User, false)
+		if pk.FixedHeader.Retain {
+			if err := b.retain(cl, pk); err != nil {
+				return b.refuse(cl, pk, retainedRefusal(err))
+			}
+		}
 		return pk, nil
 	}
 	ch := b.channels[name]

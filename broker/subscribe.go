@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -365,42 +364,5 @@ func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
 	for _, c := range gone {
 		c.stop()
 		b.savePosition(s, c, true)
-	}
-}
-
-// sendRetained serves broadcast retained values matching a new subscription
-// (MQTT 5 §3.3.1.3, Retain Handling; nothing to $share).
-func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, existed bool) {
-	if strings.HasPrefix(sub.Filter, "$share/") || sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) {
-		return
-	}
-	for _, pk := range b.mqtt.Topics.Messages(sub.Filter) {
-		if _, claimed := b.resolver.Resolve(pk.TopicName); claimed {
-			continue
-		}
-		out := pk.Copy(false)
-		out.FixedHeader.Retain = true
-		if out.FixedHeader.Qos > sub.Qos {
-			out.FixedHeader.Qos = sub.Qos
-		}
-		out.Properties.SubscriptionIdentifier = nil
-		if sub.Identifier > 0 {
-			out.Properties.SubscriptionIdentifier = []int{sub.Identifier}
-		}
-		if out.FixedHeader.Qos > 0 {
-			if !windowFree(cl) {
-				continue
-			}
-			pid, err := cl.NextPacketID()
-			if err != nil {
-				return
-			}
-			out.PacketID = uint16(pid)
-			cl.State.Inflight.Set(out)
-		}
-		if err := cl.WritePacket(out); err != nil {
-			b.log.Debug("retained value not written", "client", cl.ID, "error", fmt.Sprint(err))
-			return
-		}
 	}
 }

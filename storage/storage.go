@@ -110,6 +110,10 @@ type Provider interface {
 	// Append opens (or returns the already open) append log for a channel.
 	// The same name always returns the same object, so there is one counter.
 	Append(channel string) (AppendLog, error)
+	// Values opens (or returns the already open) value store of the given
+	// name: one current value per topic. The same name always returns the
+	// same object.
+	Values(name string) (ValueStore, error)
 	// Queue opens the queue store for a queue channel together with its
 	// dead-letter append log, which must live in the same provider so the
 	// dead-letter move is one transaction (invariant 5).
@@ -201,4 +205,28 @@ type QueueStore interface {
 	Depth() int
 	Bytes() int64
 	SetMaxBytes(n int64)
+}
+
+// ValueStore keeps one current value per topic: the broadcast retained store
+// (broker.retained) now, and latest channels when they land. Values are
+// records: a Put stores the record under its topic, taking the store's next
+// offset (monotonic, never reused: invariant 9), and replaces any earlier
+// value of that topic in the same transaction.
+type ValueStore interface {
+	// Put stores rec as its topic's current value and returns it as stored
+	// (with its offset). ErrFull when the provider bound (less the reserve)
+	// refuses it; a Put that replaces a larger value is never refused.
+	Put(rec Record) (Record, error)
+	// Remove deletes a topic's value; reports whether there was one.
+	Remove(topic string) (bool, error)
+	// Get returns a topic's value.
+	Get(topic string) (Record, bool, error)
+	// Scan calls fn for every value in topic order until fn returns false.
+	// The broker matches filters itself; storage knows nothing of MQTT.
+	Scan(fn func(Record) bool) error
+	// Len is how many values are held; Bytes their summed Size.
+	Len() int
+	Bytes() int64
+	// Next is the offset the next Put takes.
+	Next() uint64
 }

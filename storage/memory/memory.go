@@ -78,6 +78,7 @@ type Provider struct {
 	mu       sync.Mutex // guards the maps below and lock
 	logs     map[string]*appendLog
 	queues   map[string]*queueStore
+	values   map[string]*valueStore
 	restored map[string]*unit  // loaded from the snapshot, not yet asked for
 	dlqOf    map[string]string // restored dead-letter log -> its queue
 	lastAt   time.Time         // the loaded manifest's moment
@@ -107,6 +108,7 @@ func Open(o Options) (*Provider, error) {
 		log:      o.Logger,
 		logs:     map[string]*appendLog{},
 		queues:   map[string]*queueStore{},
+		values:   map[string]*valueStore{},
 		restored: map[string]*unit{},
 		dlqOf:    map[string]string{},
 	}
@@ -179,6 +181,9 @@ func (p *Provider) Append(channel string) (storage.AppendLog, error) {
 	if _, ok := p.queues[channel]; ok {
 		return nil, p.errf(channel, "is a queue, not an append channel")
 	}
+	if _, ok := p.values[channel]; ok {
+		return nil, p.errf(channel, "is a value store, not an append channel")
+	}
 	if q, ok := p.dlqOf[channel]; ok {
 		// A restored dead-letter log comes back with its queue: they are
 		// one file and one unit (RFC 0004 §4).
@@ -187,8 +192,8 @@ func (p *Provider) Append(channel string) (storage.AppendLog, error) {
 		return u.log, nil
 	}
 	if u, ok := p.restored[channel]; ok {
-		if u.queue != nil {
-			return nil, p.errf(channel, "the snapshot holds a queue under this name, not an append channel")
+		if u.log == nil || u.queue != nil {
+			return nil, p.errf(channel, "the snapshot holds %s under this name, not an append channel", u.what())
 		}
 		p.attach(channel, u)
 		return u.log, nil
@@ -219,9 +224,15 @@ func (p *Provider) Queue(channel, deadLetter string) (storage.QueueStore, error)
 	if _, ok := p.logs[channel]; ok {
 		return nil, p.errf(channel, "is an append channel, not a queue")
 	}
+	if _, ok := p.values[channel]; ok {
+		return nil, p.errf(channel, "is a value store, not a queue")
+	}
+	if _, ok := p.values[deadLetter]; ok {
+		return nil, p.errf(channel, "dead-letter channel %q is open as a value store", deadLetter)
+	}
 	if u, ok := p.restored[channel]; ok {
 		if u.queue == nil {
-			return nil, p.errf(channel, "the snapshot holds an append channel under this name, not a queue")
+			return nil, p.errf(channel, "the snapshot holds %s under this name, not a queue", u.what())
 		}
 		if u.log.name != deadLetter {
 			return nil, p.errf(channel, "the snapshot keeps this queue's dead letters in %q, asked for %q", u.log.name, deadLetter)
@@ -246,11 +257,56 @@ func (p *Provider) Queue(channel, deadLetter string) (storage.QueueStore, error)
 	return q, nil
 }
 
+// Values opens the value store name, restoring it from the snapshot the
+// first time it is asked for. The same name returns the same store. A name
+// is one kind for good: a value store's name is refused as a channel and
+// the other way round, in memory and in the snapshot (storage-memory.md).
+func (p *Provider) Values(name string) (storage.ValueStore, error) {
+	if name == "" {
+		return nil, fmt.Errorf("memory provider %q: empty value store name", p.name)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed.Load() {
+		return nil, p.errf(name, "%w", storage.ErrClosed)
+	}
+	if v, ok := p.values[name]; ok {
+		return v, nil
+	}
+	if l, ok := p.logs[name]; ok {
+		if l.queue != "" {
+			return nil, p.errf(name, "is the dead-letter channel of queue %q, not a value store", l.queue)
+		}
+		return nil, p.errf(name, "is an append channel, not a value store")
+	}
+	if _, ok := p.queues[name]; ok {
+		return nil, p.errf(name, "is a queue, not a value store")
+	}
+	if q, ok := p.dlqOf[name]; ok {
+		return nil, p.errf(name, "the snapshot holds this name as the dead-letter channel of queue %q, not a value store", q)
+	}
+	if u, ok := p.restored[name]; ok {
+		if u.values == nil {
+			return nil, p.errf(name, "the snapshot holds %s under this name, not a value store", u.what())
+		}
+		p.attach(name, u)
+		return u.values, nil
+	}
+	v := newValues(p, name)
+	p.values[name] = v
+	return v, nil
+}
+
 // attach makes a restored unit live and charges its bytes: what a start
 // puts back it also counts (invariant 13), loaded whole even over the
 // bound, which then refuses publishes until there is room.
 func (p *Provider) attach(name string, u *unit) {
 	delete(p.restored, name)
+	if u.values != nil {
+		p.values[name] = u.values
+		p.bytes.Add(u.values.bytes)
+		return
+	}
 	p.logs[u.log.name] = u.log
 	n := u.log.bytes
 	if u.queue != nil {
@@ -270,7 +326,7 @@ func (p *Provider) Close() error {
 		p.mu.Unlock()
 		return nil
 	}
-	units := make([]*unit, 0, len(p.logs))
+	units := make([]*unit, 0, len(p.logs)+len(p.values))
 	for _, l := range p.logs {
 		if l.queue == "" {
 			units = append(units, &unit{log: l})
@@ -278,6 +334,9 @@ func (p *Provider) Close() error {
 	}
 	for _, q := range p.queues {
 		units = append(units, &unit{log: q.dlq, queue: q})
+	}
+	for _, v := range p.values {
+		units = append(units, &unit{values: v})
 	}
 	p.mu.Unlock()
 	if p.dir == "" {

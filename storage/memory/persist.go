@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"saguin.dev/storage"
 	"saguin.dev/storage/internal/snapshot"
 )
 
@@ -34,18 +35,45 @@ const (
 	kindQueue  uint8 = 3
 )
 
-// unit is what one channel file holds: an append log, or a queue with its
-// dead-letter log (they share a file so they are restored together).
+// unit is what one channel file holds: an append log, a queue with its
+// dead-letter log (they share a file so they are restored together), or a
+// value store (log and queue nil).
 type unit struct {
-	log   *appendLog
-	queue *queueStore
+	log    *appendLog
+	queue  *queueStore
+	values *valueStore
 }
 
 func (u *unit) name() string {
-	if u.queue != nil {
+	switch {
+	case u.values != nil:
+		return u.values.name
+	case u.queue != nil:
 		return u.queue.name
 	}
 	return u.log.name
+}
+
+// kind is the unit's kind byte, in the manifest and its file.
+func (u *unit) kind() uint8 {
+	switch {
+	case u.values != nil:
+		return kindLatest
+	case u.queue != nil:
+		return kindQueue
+	}
+	return kindAppend
+}
+
+// what names the unit's kind in a refusal.
+func (u *unit) what() string {
+	switch u.kind() {
+	case kindLatest:
+		return "a value store"
+	case kindQueue:
+		return "a queue"
+	}
+	return "an append channel"
 }
 
 func (p *Provider) fileErr(path string, err error) error {
@@ -144,11 +172,7 @@ func encodeManifest(writer string, at time.Time, units []*unit) []byte {
 	e.Count(len(units))
 	for _, u := range units {
 		e.String(u.name())
-		if u.queue != nil {
-			e.Uint8(kindQueue)
-		} else {
-			e.Uint8(kindAppend)
-		}
+		e.Uint8(u.kind())
 	}
 	return e.Finish()
 }
@@ -159,8 +183,12 @@ func encodeManifest(writer string, at time.Time, units []*unit) []byte {
 //
 // Body: kind u8, name; a queue adds next u64, its items and then its
 // dead-letter log; every log is name, next u64, floor u64, its records
-// (the dead prefix skipped) and its positions.
+// (the dead prefix skipped) and its positions. A value store (kind 2) is
+// name, next u64 and its values in topic order.
 func (u *unit) encode(writer string, at time.Time) []byte {
+	if u.values != nil {
+		return u.values.encode(writer, at)
+	}
 	hint := 0
 	if q := u.queue; q != nil {
 		q.mu.Lock()
@@ -285,9 +313,14 @@ func (p *Provider) loadDir() error {
 			if want := snapshot.FileName(u.name()); want != name {
 				return p.fileErr(path, fmt.Errorf("holds channel %q, whose file is %s", u.name(), want))
 			}
-			names := []string{u.log.name}
-			if u.queue != nil {
-				names = append(names, u.queue.name)
+			var names []string
+			switch {
+			case u.values != nil:
+				names = []string{u.values.name}
+			case u.queue != nil:
+				names = []string{u.log.name, u.queue.name}
+			default:
+				names = []string{u.log.name}
 			}
 			for _, n := range names {
 				if other, dup := owner[n]; dup {
@@ -306,6 +339,9 @@ func (p *Provider) loadDir() error {
 	p.checkManifest(m, files)
 	now := p.now()
 	for _, u := range p.restored {
+		if u.log == nil {
+			continue // a value store keeps no positions
+		}
 		if dropped := u.log.expirePositions(now); len(dropped) > 0 {
 			p.log.Info("dropped positions of sessions that expired while stopped",
 				"provider", p.name, "channel", u.log.name, "readers", dropped)
@@ -433,7 +469,7 @@ func (p *Provider) decodeUnit(body []byte) (*unit, error) {
 			d.Fail("queue %q has dead-letter channel %q", name, u.log.name)
 		}
 	case kindLatest:
-		d.Fail("channel %q is a latest channel, which this provider does not keep", name)
+		u.values = p.decodeValues(d, name)
 	default:
 		d.Fail("channel %q has unknown kind %d", name, kind)
 	}
@@ -442,6 +478,12 @@ func (p *Provider) decodeUnit(body []byte) (*unit, error) {
 	}
 	if name == "" {
 		return nil, errors.New("channel with an empty name")
+	}
+	if u.values != nil {
+		if err := u.values.checkLoaded(); err != nil {
+			return nil, err
+		}
+		return u, nil
 	}
 	if err := u.log.checkLoaded(); err != nil {
 		return nil, err
@@ -478,4 +520,42 @@ func (p *Provider) decodeLog(d *snapshot.Decoder) *appendLog {
 		l.positions[pos.Reader] = pos
 	}
 	return l
+}
+
+// encode writes a value store's file: kind 2, name, next u64, then the
+// count and the values in topic order, each a whole record with its offset.
+// The writer holds the store's lock; the provider is closed, so it is not
+// contended and nothing changes while the file is built.
+func (v *valueStore) encode(writer string, at time.Time) []byte {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	e := snapshot.NewFile(snapshot.KindChannels, writer, at, int(v.bytes)+len(v.vals)*snapshot.MinRecordSize+64+len(v.name))
+	e.Uint8(kindLatest)
+	e.String(v.name)
+	e.Uint64(v.next)
+	e.Count(len(v.vals))
+	for _, r := range v.vals {
+		e.Record(r)
+	}
+	return e.Finish()
+}
+
+// decodeValues reads a value store's body after its kind and name. The
+// count is checked against the bytes present before the slice is made
+// (invariant 13); the order and offsets are post-checked by checkLoaded.
+func (p *Provider) decodeValues(d *snapshot.Decoder, name string) *valueStore {
+	v := newValues(p, name)
+	v.next = d.Uint64()
+	if n := d.Count("value", snapshot.MinRecordSize); n > 0 {
+		v.vals = make([]*storage.Record, 0, n)
+		for range n {
+			r := d.Record()
+			if d.Err() != nil {
+				break
+			}
+			v.vals = append(v.vals, &r)
+			v.bytes += r.Size()
+		}
+	}
+	return v
 }

@@ -47,6 +47,7 @@ type Provider struct {
 	mu      sync.Mutex
 	appends map[string]*appendLog
 	queues  map[string]*queueStore
+	values  map[string]*valueStore
 }
 
 var _ storage.Provider = (*Provider)(nil)
@@ -56,6 +57,7 @@ type kind string
 const (
 	kindAppend kind = "append"
 	kindQueue  kind = "queue"
+	kindLatest kind = "latest" // a value store: the retained store, a latest channel
 )
 
 // channel is the in-memory half of a channels row. next, floor and bytes
@@ -71,7 +73,7 @@ type channel struct {
 	next  uint64
 	floor uint64
 	bytes int64
-	depth int // queues: unresolved items
+	depth int // queues: unresolved items; value stores: values
 }
 
 // Open takes the provider's lock, creates or checks the database, drops the
@@ -92,6 +94,7 @@ func Open(o Options) (*Provider, error) {
 		path:    path,
 		appends: map[string]*appendLog{},
 		queues:  map[string]*queueStore{},
+		values:  map[string]*valueStore{},
 	}
 	// The lock is taken before the provider database is touched (RFC 0004 §6).
 	if p.lock, err = acquireLock(ctx, opts.Name, path+".lock", opts.Writer, opts.Now()); err != nil {
@@ -324,6 +327,32 @@ func (p *Provider) Queue(name, deadLetter string) (storage.QueueStore, error) {
 	return q, nil
 }
 
+// Values opens (or returns the already open) value store name: a channels
+// row of kind latest holding its next offset, and its values in
+// latest_values. The same name always returns the same store, so there is
+// one counter. A name is one kind for good: one stored or open as an
+// append channel or a queue is refused, naming both.
+func (p *Provider) Values(name string) (storage.ValueStore, error) {
+	if p.closed.Load() {
+		return nil, p.errClosed()
+	}
+	if name == "" {
+		return nil, fmt.Errorf("storage %s: empty value store name", p.opts.Name)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.values[name]; ok {
+		return v, nil
+	}
+	ch, err := p.openChannel(name, kindLatest)
+	if err != nil {
+		return nil, err
+	}
+	v := &valueStore{p: p, ch: ch}
+	p.values[name] = v
+	return v, nil
+}
+
 // openChannel loads (or creates) a channels row. Called with p.mu held.
 func (p *Provider) openChannel(name string, k kind) (*channel, error) {
 	if _, ok := p.appends[name]; ok && k != kindAppend {
@@ -331,6 +360,9 @@ func (p *Provider) openChannel(name string, k kind) (*channel, error) {
 	}
 	if _, ok := p.queues[name]; ok && k != kindQueue {
 		return nil, fmt.Errorf("storage %s: channel %s is open as a queue, not a %s", p.opts.Name, name, k)
+	}
+	if _, ok := p.values[name]; ok && k != kindLatest {
+		return nil, fmt.Errorf("storage %s: channel %s is open as a value store (latest), not a %s", p.opts.Name, name, k)
 	}
 	ch := &channel{name: name, kind: k}
 	err := p.do(func(w *writer) error { return w.loadChannel(ch) })
@@ -366,8 +398,11 @@ func (w *writer) loadChannel(ch *channel) error {
 		return fmt.Errorf("channel %s is stored as %s, configured as %s", ch.name, stored, ch.kind)
 	}
 	table := "records"
-	if ch.kind == kindQueue {
+	switch ch.kind {
+	case kindQueue:
 		table = "queue_items"
+	case kindLatest:
+		table = "latest_values"
 	}
 	var maxOffset sql.NullInt64
 	if err := w.conn.QueryRowContext(ctx, `SELECT max("offset") FROM `+table+` WHERE channel = ?`, ch.id).Scan(&maxOffset); err != nil {
@@ -392,10 +427,11 @@ func (w *writer) loadChannel(ch *channel) error {
 		return fmt.Errorf("channel %s holds offset %d at or past its stored next %d: refusing to reuse offsets", ch.name, maxOffset.Int64, next)
 	}
 	ch.next, ch.floor, ch.bytes = uint64(next), uint64(floor), bytes
-	if ch.kind == kindQueue {
-		// Queue bytes are summed at open, memory only (RFC 0004 §9).
+	if ch.kind != kindAppend {
+		// Queue and value bytes (and how many rows) are summed at open,
+		// memory only (RFC 0004 §9): the rows are the one record of them.
 		var n, sum int64
-		if err := w.conn.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM queue_items WHERE channel = ?`, ch.id).Scan(&n, &sum); err != nil {
+		if err := w.conn.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM `+table+` WHERE channel = ?`, ch.id).Scan(&n, &sum); err != nil {
 			return err
 		}
 		ch.depth, ch.bytes = int(n), sum

@@ -14,10 +14,10 @@ import (
 const SchemaVersion = 20
 
 // schemaTables are the tables this build creates. RFC 0004 names eleven; the
-// session and retained tables (latest_values, held_publishes, sessions,
-// session_inflight, share_groups, share_returned) join this list, at this
-// same version, when their stores are built — before any release writes a
-// database. All tables are STRICT, and none has an INSERT OR REPLACE path:
+// session tables (held_publishes, sessions, session_inflight, share_groups,
+// share_returned) join this list, at this same version, when their stores
+// are built — before any release writes a database (latest_values joined
+// that way; storage-sqlite.md). All tables are STRICT, and none has an INSERT OR REPLACE path:
 // the (channel, offset) primary keys make an offset reuse a failed insert
 // (invariant 9).
 var schemaTables = []struct{ name, ddl string }{
@@ -73,6 +73,28 @@ var schemaTables = []struct{ name, ddl string }{
 		first_delivered INTEGER NOT NULL,
 		last_delivered  INTEGER NOT NULL,
 		PRIMARY KEY (channel, "offset")
+	) STRICT`},
+	// One row per topic: a value store's (retained store's, latest
+	// channel's) current value. A Put deletes the topic's row and inserts
+	// the new one in one transaction — never INSERT OR REPLACE — and the
+	// UNIQUE (channel, offset) makes a reused offset a failed insert
+	// (invariant 9). The store's next is its channels row's.
+	{"latest_values", `CREATE TABLE latest_values (
+		channel    INTEGER NOT NULL,
+		topic      TEXT    NOT NULL CHECK (topic != ''),
+		"offset"   INTEGER NOT NULL CHECK ("offset" >= 1),
+		message_id TEXT    NOT NULL,
+		timestamp  INTEGER NOT NULL,
+		headers    TEXT,
+		payload    BLOB    NOT NULL,
+		props      TEXT,
+		retain     INTEGER NOT NULL,
+		qos        INTEGER NOT NULL,
+		publisher  TEXT    NOT NULL,
+		bridge     TEXT    NOT NULL,
+		size       INTEGER NOT NULL CHECK (size >= 0),
+		PRIMARY KEY (channel, topic),
+		UNIQUE (channel, "offset")
 	) STRICT`},
 	{"positions", `CREATE TABLE positions (
 		channel   INTEGER NOT NULL,

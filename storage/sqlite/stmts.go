@@ -29,6 +29,9 @@ const (
 	stItemForMove
 	stSavePosition
 	stDropPosition
+	stValueSize
+	stDeleteValue
+	stInsertValue
 	stPageCount
 	// Reads (prepared on the read pool too).
 	stChannelBounds
@@ -39,6 +42,8 @@ const (
 	stItem
 	stPosition
 	stPositions
+	stValue
+	stValuesAfter
 	numStmts
 )
 
@@ -66,7 +71,11 @@ var stmtSQL = [numStmts]string{
 	stSavePosition: `INSERT INTO positions (channel, reader, "offset", last_seen, expiry) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (channel, reader) DO UPDATE SET "offset" = excluded."offset",
 		last_seen = excluded.last_seen, expiry = excluded.expiry`,
-	stDropPosition:   `DELETE FROM positions WHERE channel = ? AND reader = ?`,
+	stDropPosition: `DELETE FROM positions WHERE channel = ? AND reader = ?`,
+	stValueSize:    `SELECT size FROM latest_values WHERE channel = ? AND topic = ?`,
+	stDeleteValue:  `DELETE FROM latest_values WHERE channel = ? AND topic = ? RETURNING size`,
+	stInsertValue: `INSERT INTO latest_values (channel, ` + recordColumns + `, size)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	stPageCount:      `PRAGMA page_count`,
 	stChannelBounds:  `SELECT floor, next FROM channels WHERE id = ?`,
 	stReadRecords:    `SELECT ` + recordColumns + ` FROM records WHERE channel = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?`,
@@ -76,6 +85,8 @@ var stmtSQL = [numStmts]string{
 	stItem:           `SELECT ` + itemColumns + ` FROM queue_items WHERE channel = ? AND "offset" = ?`,
 	stPosition:       `SELECT "offset", last_seen, expiry FROM positions WHERE channel = ? AND reader = ?`,
 	stPositions:      `SELECT reader, "offset", last_seen, expiry FROM positions WHERE channel = ? ORDER BY reader`,
+	stValue:          `SELECT ` + recordColumns + ` FROM latest_values WHERE channel = ? AND topic = ?`,
+	stValuesAfter:    `SELECT ` + recordColumns + ` FROM latest_values WHERE channel = ? AND topic > ? ORDER BY topic LIMIT ?`,
 }
 
 type stmtSet [numStmts]*sql.Stmt

@@ -22,7 +22,7 @@ import (
 // (RFC 0004 §2 "Counters can't fail").
 //
 // Two kinds of work reach it:
-//   - publishes (Append, Enqueue), collected into group commits: one
+//   - publishes (Append, Enqueue, value Put), collected into group commits: one
 //     transaction for up to batchMax records, one counter-row UPDATE per
 //     channel per batch, offsets taken in transaction order (invariant 16:
 //     a publisher waits on storage, bounded by commits of a known size);
@@ -47,17 +47,31 @@ type writer struct {
 
 	batch   []*pubReq
 	touched []*touch
-	stats   *stats
+	// pending is what value Puts earlier in the batch being built give
+	// their topics (size), so a later Put of the same topic is judged
+	// against the value it will actually replace.
+	pending map[valueKey]int64
+	// shrinking are value Puts held out of the batch to commit alone (see
+	// commitPublishes).
+	shrinking []*pubReq
+	stats     *stats
+}
+
+type valueKey struct {
+	ch    *channel
+	topic string
 }
 
 // pubReq is one record waiting for a publish transaction.
 type pubReq struct {
-	ch   *channel
-	rec  storage.Record
-	enc  encoded
-	done chan struct{}
-	out  storage.Record
-	err  error
+	ch  *channel
+	rec storage.Record
+	enc encoded
+	// alone: a value Put held out of its batch to commit by itself.
+	alone bool
+	done  chan struct{}
+	out   storage.Record
+	err   error
 }
 
 // opReq is one transaction run on the writer goroutine.
@@ -67,6 +81,7 @@ type opReq struct {
 }
 
 // touch is a channel's counters as a batch moves them before commit.
+// depth is a queue's unresolved items or a value store's values.
 type touch struct {
 	ch    *channel
 	next  uint64
@@ -159,12 +174,34 @@ func (w *writer) collect(first *pubReq) {
 // transaction fails, every record in it fails and the in-memory counters
 // are untouched, so the batch hands back exactly its offsets — none
 // skipped, none reused (invariant 9).
+//
+// A value Put that replaces a value at least as large is never refused
+// (it frees what it takes), but a batch fails whole, so such a Put is held
+// out of the batch and committed alone afterwards, as a relief transaction
+// (putAlone). What a Put replaces is known by a pre-read on this
+// connection, which nothing else writes.
 func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 	w.touched = w.touched[:0]
+	w.shrinking = w.shrinking[:0]
+	clear(w.pending)
 	accepted := 0
 	for _, r := range batch {
 		if r.err != nil {
 			continue
+		}
+		var old int64
+		var replaces bool
+		if r.ch.kind == kindLatest {
+			var err error
+			if old, replaces, err = w.replacedSize(r); err != nil {
+				r.err = w.p.wrap("latest "+r.ch.name+": read the value of "+r.rec.Topic, err)
+				continue
+			}
+			if replaces && old >= r.enc.size {
+				r.alone = true
+				w.shrinking = append(w.shrinking, r)
+				continue
+			}
 		}
 		t := w.touch(r.ch)
 		if bound := r.ch.maxBytes.Load(); bound > 0 && t.bytes+r.enc.size > bound {
@@ -174,16 +211,25 @@ func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 		r.out = cloneRecord(r.rec)
 		r.out.Offset = t.next
 		t.next++
-		t.bytes += r.enc.size
-		if r.ch.kind == kindQueue {
+		t.bytes += r.enc.size - old
+		switch {
+		case r.ch.kind == kindQueue:
 			t.depth++
+		case r.ch.kind == kindLatest:
+			if !replaces {
+				t.depth++
+			}
+			if w.pending == nil {
+				w.pending = map[valueKey]int64{}
+			}
+			w.pending[valueKey{r.ch, r.rec.Topic}] = r.enc.size
 		}
 		accepted++
 	}
 	if accepted > 0 {
 		err := w.txn(false, func(ctx context.Context) error {
 			for _, r := range batch {
-				if r.err != nil {
+				if r.err != nil || r.alone {
 					continue
 				}
 				if err := w.insert(ctx, r); err != nil {
@@ -191,9 +237,10 @@ func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 				}
 			}
 			// One counter-row UPDATE per channel per batch, with the totals.
+			// Queue and value bytes are summed at open, not stored.
 			for _, t := range w.touched {
 				var err error
-				if t.ch.kind == kindQueue {
+				if t.ch.kind != kindAppend {
 					_, err = w.st[stUpdateNext].ExecContext(ctx, t.next, t.ch.id)
 				} else {
 					_, err = w.st[stUpdateNextBytes].ExecContext(ctx, t.next, t.bytes, t.ch.id)
@@ -207,7 +254,7 @@ func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 		if err != nil {
 			err = w.p.wrap("store "+fmt.Sprint(accepted)+" records", err)
 			for _, r := range batch {
-				if r.err == nil {
+				if r.err == nil && !r.alone {
 					r.err = err
 					r.out = storage.Record{}
 				}
@@ -224,9 +271,76 @@ func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 			w.stats.committedRecords.Add(uint64(accepted))
 		}
 	}
+	for _, r := range w.shrinking {
+		w.putAlone(r)
+	}
+	clear(w.shrinking)
 	for _, r := range batch {
 		close(r.done)
 	}
+}
+
+// replacedSize is the size of the value a Put of r replaces: the one an
+// earlier Put in this batch gives its topic, else the stored one.
+func (w *writer) replacedSize(r *pubReq) (int64, bool, error) {
+	if size, ok := w.pending[valueKey{r.ch, r.rec.Topic}]; ok {
+		return size, true, nil
+	}
+	return w.storedValueSize(r.ch, r.rec.Topic)
+}
+
+func (w *writer) storedValueSize(ch *channel, topic string) (int64, bool, error) {
+	var size int64
+	err := w.st[stValueSize].QueryRowContext(context.Background(), ch.id, topic).Scan(&size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return size, true, nil
+}
+
+// putAlone commits one value Put in its own transaction, after the batch it
+// was held out of. It reads again what it replaces (the batch may have
+// changed it): when that is at least as large the transaction may use the
+// reserve, so the Put is not refused for capacity; otherwise it is an
+// ordinary write. Either way the delete, the insert and the counter row are
+// one transaction, and the counters move only after it commits.
+func (w *writer) putAlone(r *pubReq) {
+	ch := r.ch
+	old, replaces, err := w.storedValueSize(ch, r.rec.Topic)
+	if err != nil {
+		r.err = w.p.wrap("latest "+ch.name+": read the value of "+r.rec.Topic, err)
+		return
+	}
+	ch.mu.Lock()
+	next, bytes, depth := ch.next, ch.bytes, ch.depth
+	ch.mu.Unlock()
+	out := cloneRecord(r.rec)
+	out.Offset = next
+	r.out = out
+	err = w.txn(replaces && old >= r.enc.size, func(ctx context.Context) error {
+		if err := w.insert(ctx, r); err != nil {
+			return fmt.Errorf("latest %s offset %d: %w", ch.name, next, err)
+		}
+		if _, err := w.st[stUpdateNext].ExecContext(ctx, int64(next+1), ch.id); err != nil {
+			return fmt.Errorf("latest %s counters: %w", ch.name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		r.err = w.p.wrap("store the value of "+r.rec.Topic+" in "+ch.name, err)
+		r.out = storage.Record{}
+		return
+	}
+	if !replaces {
+		depth++
+	}
+	ch.mu.Lock()
+	ch.next, ch.bytes, ch.depth = next+1, bytes+r.enc.size-old, depth
+	ch.mu.Unlock()
+	w.stats.committedRecords.Add(1)
 }
 
 func (w *writer) touch(ch *channel) *touch {
@@ -246,8 +360,17 @@ func (w *writer) insert(ctx context.Context, r *pubReq) error {
 	rec, e := &r.out, &r.enc
 	args := []any{r.ch.id, int64(rec.Offset), rec.MessageID, rec.Topic, e.ts, e.headers,
 		e.payload, e.props, rec.Retain, int64(rec.QoS), rec.PublisherID, rec.Bridge, e.size}
-	if r.ch.kind == kindQueue {
+	switch r.ch.kind {
+	case kindQueue:
 		_, err := w.st[stInsertItem].ExecContext(ctx, args...)
+		return err
+	case kindLatest:
+		// Delete and insert, never INSERT OR REPLACE (RFC 0004 §5): the
+		// replaced value goes in the same transaction the new one comes in.
+		if _, err := w.st[stDeleteValue].ExecContext(ctx, r.ch.id, rec.Topic); err != nil {
+			return fmt.Errorf("remove the value it replaces: %w", err)
+		}
+		_, err := w.st[stInsertValue].ExecContext(ctx, args...)
 		return err
 	}
 	_, err := w.st[stInsertRecord].ExecContext(ctx, args...)

@@ -3,7 +3,9 @@ package storagetest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,9 +16,10 @@ import (
 
 // Property checks a provider against a simple model under random sequences
 // of appends, age and size trims, enqueues, attempt counts, resolutions,
-// dead-letter moves, reads and restarts. After every step the provider's
-// next, floor, byte counts and held records (log, queue and dead-letter
-// log) must equal the model's; a read below the floor must be refused.
+// dead-letter moves, reads, value puts and removals, and restarts. After
+// every step the provider's next, floor, byte counts and held records
+// (log, queue, dead-letter log and value store) must equal the model's; a
+// read below the floor must be refused.
 func Property(t *testing.T, open OpenFunc) {
 	base := t.TempDir()
 	rapid.Check(t, func(rt *rapid.T) {
@@ -26,7 +29,7 @@ func Property(t *testing.T, open OpenFunc) {
 		}
 		defer os.RemoveAll(dir)
 		m := &model{t: t, rt: rt, open: open, dir: dir, clock: Base,
-			next: 1, floor: 1, qnext: 1, dnext: 1, dfloor: 1}
+			next: 1, floor: 1, qnext: 1, dnext: 1, dfloor: 1, vnext: 1, vals: map[string]storage.Record{}}
 		m.p = open(t, dir, Opts{Now: func() time.Time { return Base }})
 		defer func() {
 			if m.p != nil {
@@ -47,6 +50,7 @@ type model struct {
 	p    storage.Provider
 	l    storage.AppendLog
 	q    storage.QueueStore
+	v    storage.ValueStore
 
 	clock         time.Time // the timestamps records are given; it steps back
 	seq           int
@@ -56,6 +60,8 @@ type model struct {
 	items         []storage.QueueItem
 	dnext, dfloor uint64
 	dlq           []storage.Record
+	vnext         uint64
+	vals          map[string]storage.Record // topic -> current value
 }
 
 func (m *model) attach() {
@@ -66,6 +72,38 @@ func (m *model) attach() {
 	if m.q, err = m.p.Queue("jobs", "jobs__dlq"); err != nil {
 		m.rt.Fatalf("Queue(jobs): %v", err)
 	}
+	if m.v, err = m.p.Values("retained"); err != nil {
+		m.rt.Fatalf("Values(retained): %v", err)
+	}
+}
+
+// valueTopic draws from few topics, so Puts replace and Removes hit.
+func valueTopic(t *rapid.T) string {
+	return "v/" + rapid.StringMatching(`[ab]{1,2}`).Draw(t, "value topic")
+}
+
+func (m *model) PutValue(t *rapid.T) {
+	r := m.record(t)
+	r.Topic = valueTopic(t)
+	got, err := m.v.Put(r)
+	if err != nil {
+		t.Fatalf("Put(%s): %v", r.Topic, err)
+	}
+	r.Offset = m.vnext
+	if d := RecordDiff(r, got); d != "" {
+		t.Fatalf("Put returned %s", d)
+	}
+	m.vnext++
+	m.vals[r.Topic] = got
+}
+
+func (m *model) RemoveValue(t *rapid.T) {
+	topic := valueTopic(t)
+	_, want := m.vals[topic]
+	if ok, err := m.v.Remove(topic); ok != want || err != nil {
+		t.Fatalf("Remove(%s) = %v, %v; model %v", topic, ok, err, want)
+	}
+	delete(m.vals, topic)
 }
 
 func (m *model) record(t *rapid.T) storage.Record {
@@ -268,6 +306,7 @@ func (m *model) Check(t *rapid.T) {
 	if m.q.Bytes() != b {
 		t.Fatalf("queue bytes %d; model %d", m.q.Bytes(), b)
 	}
+	m.checkValues(t)
 	got, err := m.q.Items(0, len(m.items)+1)
 	if err != nil {
 		t.Fatalf("Items: %v", err)
@@ -297,5 +336,22 @@ func (m *model) checkLog(t *rapid.T, name string, l storage.AppendLog, next, flo
 		if _, _, err := l.Read(floor-1, 1); !errors.Is(err, storage.ErrBelowFloor) {
 			t.Fatalf("%s: Read(%d) below floor %d: %v; want ErrBelowFloor", name, floor-1, floor, err)
 		}
+	}
+}
+
+func (m *model) checkValues(t *rapid.T) {
+	want := make([]storage.Record, 0, len(m.vals))
+	for _, topic := range slices.Sorted(maps.Keys(m.vals)) {
+		want = append(want, m.vals[topic])
+	}
+	if m.v.Next() != m.vnext || m.v.Len() != len(want) || m.v.Bytes() != sizes(want) {
+		t.Fatalf("values: next %d len %d bytes %d; model %d, %d, %d", m.v.Next(), m.v.Len(), m.v.Bytes(), m.vnext, len(want), sizes(want))
+	}
+	var got []storage.Record
+	if err := m.v.Scan(func(r storage.Record) bool { got = append(got, r); return true }); err != nil {
+		t.Fatalf("values: Scan: %v", err)
+	}
+	if d := recordsDiff(want, got); d != "" {
+		t.Fatalf("values: Scan: %s", d)
 	}
 }

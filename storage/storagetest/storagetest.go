@@ -66,9 +66,9 @@ var Cases = []Case{
 	{"Closed", Closed},
 }
 
-// Run runs every case in Cases as a subtest.
+// Run runs every case in Cases and then in ValueCases as a subtest.
 func Run(t *testing.T, open OpenFunc) {
-	for _, c := range Cases {
+	for _, c := range slices.Concat(Cases, ValueCases) {
 		t.Run(c.Name, func(t *testing.T) { c.Test(t, open) })
 	}
 }

@@ -1,0 +1,162 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/topic"
+	"saguin.dev/storage"
+)
+
+// retainedStoreName is the value store broadcast retained values live in,
+// on the provider broker.retained.storage names.
+const retainedStoreName = "$saguin/retained"
+
+// retainedSweepLimit bounds one age sweep of the retained store: the rest
+// waits for the next tick (invariant 13).
+const retainedSweepLimit = 100000
+
+// openRetained opens the broadcast retained store (RFC 0003 "Retained
+// messages"): MQTT's own store, kept on a provider so it survives a restart
+// as that provider promises, and bounded by that provider's max_bytes.
+func (b *Broker) openRetained() error {
+	name := b.cfg.Broker.Retained.Storage
+	if name == "" {
+		name = b.cfg.Broker.DefaultProvider
+	}
+	p, err := b.provider(name)
+	if err != nil {
+		return err
+	}
+	if b.retained, err = p.Values(retainedStoreName); err != nil {
+		return fmt.Errorf("retained store on provider %s: %w", name, err)
+	}
+	return nil
+}
+
+// retain stores (or, for an empty payload, removes) the retained value of a
+// broadcast topic before the publish is acknowledged (invariant 18). The
+// substrate's own in-memory copy is discarded in OnRetainMessage: the
+// provider's store is the only one, so its bound is the only bound.
+func (b *Broker) retain(cl *mqtt.Client, pk packets.Packet) error {
+	if len(pk.Payload) == 0 {
+		_, err := b.retained.Remove(pk.TopicName)
+		return err
+	}
+	rec := b.recordOf(cl, pk)
+	// MQTT's store keeps the packet as published (less saguin-* but
+	// saguin-id, as the fan-out forwards it), not a channel record's headers.
+	rec.Headers = rec.Headers[:0]
+	for _, u := range pk.Properties.User {
+		rec.Headers = append(rec.Headers, storage.Header{Name: u.Key, Value: u.Val})
+	}
+	_, err := b.retained.Put(rec)
+	return err
+}
+
+// retainedRefusal maps a retained-store failure to its reason code.
+func retainedRefusal(err error) packets.Code {
+	if errors.Is(err, storage.ErrFull) {
+		return withReason(codeQuotaExceeded, "the retained store is full")
+	}
+	return withReason(codeImplementation, "the retained value could not be stored")
+}
+
+// retainedExpired: a retained value's own Message Expiry discards it, as
+// MQTT says (MQTT-3.3.2-5); this is MQTT's store, not a channel, so the
+// publisher's clock applies here and nowhere else (invariant 2).
+func retainedExpired(rec *storage.Record, now time.Time) bool {
+	if rec.MessageExpiry == nil || rec.Timestamp.IsZero() {
+		return false
+	}
+	return !now.Before(rec.Timestamp.Add(time.Duration(*rec.MessageExpiry) * time.Second))
+}
+
+// sendRetained serves the retained values matching a new subscription
+// (MQTT 5 §3.3.1.3): with RETAIN set, after the SUBACK, not to $share, per
+// Retain Handling, and with the remaining expiry countdown.
+func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, existed bool) {
+	if sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) || len(sub.ShareName) > 0 {
+		return
+	}
+	now := b.clock.Now()
+	var matched []storage.Record
+	err := b.retained.Scan(func(rec storage.Record) bool {
+		if topic.Match(sub.Filter, rec.Topic) && !retainedExpired(&rec, now) {
+			if _, claimed := b.resolver.Resolve(rec.Topic); !claimed {
+				matched = append(matched, rec)
+			}
+		}
+		return true
+	})
+	if err != nil {
+		b.log.Error("reading the retained store", "error", err)
+		return
+	}
+	for i := range matched {
+		rec := &matched[i]
+		m := matched1(sub, rec)
+		pk := b.deliveryPacket(rec, nil, m, now)
+		pk.FixedHeader.Retain = true // the stored pass always carries RETAIN
+		// The retained store is broadcast: the packet as it was published,
+		// without a channel's saguin-* labels.
+		pk.Properties.User = nil
+		for _, h := range rec.Headers {
+			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: h.Name, Val: h.Value})
+		}
+		if rec.MessageExpiry != nil {
+			left := rec.Timestamp.Add(time.Duration(*rec.MessageExpiry) * time.Second).Sub(now)
+			pk.Properties.MessageExpiryInterval = uint32((left + time.Second - 1) / time.Second)
+		}
+		if pk.FixedHeader.Qos > 0 {
+			if !windowFree(cl) {
+				continue
+			}
+			pid, err := cl.NextPacketID()
+			if err != nil {
+				return
+			}
+			pk.PacketID = uint16(pid)
+			cl.State.Inflight.Set(pk)
+		}
+		if err := cl.WritePacket(pk); err != nil {
+			b.log.Debug("retained value not written", "client", cl.ID, "error", err)
+			return
+		}
+	}
+}
+
+func matched1(sub packets.Subscription, rec *storage.Record) matched {
+	m := matched{qos: min(sub.Qos, rec.QoS)}
+	if sub.Identifier > 0 {
+		m.ids = []int{sub.Identifier}
+	}
+	return m
+}
+
+// sweepRetained removes retained values past their own expiry or past
+// broker.retained.retention_period.
+func (b *Broker) sweepRetained() {
+	if b.retained == nil {
+		return
+	}
+	now := b.clock.Now()
+	period := b.cfg.Broker.Retained.RetentionPeriod
+	var gone []string
+	_ = b.retained.Scan(func(rec storage.Record) bool {
+		old := period > 0 && !rec.Timestamp.IsZero() && now.Sub(rec.Timestamp) > period
+		if old || retainedExpired(&rec, now) {
+			gone = append(gone, rec.Topic)
+		}
+		return len(gone) < retainedSweepLimit
+	})
+	for _, t := range gone {
+		if _, err := b.retained.Remove(t); err != nil {
+			b.log.Warn("removing an expired retained value", "topic", t, "error", err)
+		}
+	}
+}
