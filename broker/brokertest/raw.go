@@ -1,0 +1,155 @@
+package brokertest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// RawClient speaks MQTT 5 packet by packet on one socket, with nothing a
+// client library would add or reorder: a test controls exactly which bytes
+// reach the broker, and in which order (for example every PUBACK strictly
+// before the DISCONNECT).
+type RawClient struct {
+	t    testing.TB
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// DialRaw connects and completes CONNECT/CONNACK, returning the CONNACK.
+func DialRaw(t testing.TB, addr, id string, clean bool, sessionExpiry uint32) (*RawClient, packets.Packet) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &RawClient{t: t, conn: conn, r: bufio.NewReader(conn)}
+	t.Cleanup(func() { _ = conn.Close() })
+	pk := packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
+		ProtocolVersion: 5,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: clean, Keepalive: 60},
+		Properties: packets.Properties{SessionExpiryInterval: sessionExpiry, SessionExpiryIntervalFlag: sessionExpiry > 0},
+	}
+	c.send(pk, (*packets.Packet).ConnectEncode)
+	ack := c.Read()
+	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK: %+v", ack)
+	}
+	return c, ack
+}
+
+func (c *RawClient) send(pk packets.Packet, enc func(*packets.Packet, *bytes.Buffer) error) {
+	c.t.Helper()
+	var buf bytes.Buffer
+	if err := enc(&pk, &buf); err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.conn.Write(buf.Bytes()); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// Subscribe sends one SUBSCRIBE and returns its SUBACK.
+func (c *RawClient) Subscribe(id uint16, filter string, qos byte) packets.Packet {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 5,
+		PacketID: id, Filters: packets.Subscriptions{{Filter: filter, Qos: qos}}}, (*packets.Packet).SubscribeEncode)
+	for {
+		pk := c.Read()
+		if pk.FixedHeader.Type == packets.Suback {
+			return pk
+		}
+	}
+}
+
+// Read reads the next packet from the broker (fails the test after 20s).
+func (c *RawClient) Read() packets.Packet {
+	c.t.Helper()
+	pk, err := c.read(20 * time.Second)
+	if err != nil {
+		c.t.Fatalf("read: %v", err)
+	}
+	return pk
+}
+
+func (c *RawClient) read(timeout time.Duration) (packets.Packet, error) {
+	_ = c.conn.SetReadDeadline(time.Now().Add(timeout))
+	var pk packets.Packet
+	hb, err := c.r.ReadByte()
+	if err != nil {
+		return pk, err
+	}
+	if err := pk.FixedHeader.Decode(hb); err != nil {
+		return pk, err
+	}
+	n, mul := 0, 1
+	for i := 0; ; i++ {
+		b, err := c.r.ReadByte()
+		if err != nil {
+			return pk, err
+		}
+		n += int(b&127) * mul
+		mul *= 128
+		if b&128 == 0 {
+			break
+		}
+		if i == 3 {
+			return pk, errors.New("malformed remaining length")
+		}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return pk, err
+	}
+	pk.FixedHeader.Remaining = n
+	pk.ProtocolVersion = 5
+	switch pk.FixedHeader.Type {
+	case packets.Connack:
+		err = pk.ConnackDecode(body)
+	case packets.Publish:
+		err = pk.PublishDecode(body)
+	case packets.Suback:
+		err = pk.SubackDecode(body)
+	case packets.Disconnect:
+		err = pk.DisconnectDecode(body)
+	}
+	if err != nil {
+		return pk, fmt.Errorf("decoding %d: %w", pk.FixedHeader.Type, err)
+	}
+	return pk, nil
+}
+
+// Puback acknowledges a delivery.
+func (c *RawClient) Puback(id uint16) {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: 5, PacketID: id},
+		(*packets.Packet).PubackEncode)
+}
+
+// Disconnect sends DISCONNECT 0x00 and waits until the broker closes the
+// connection: the close that answers a DISCONNECT (invariant 18).
+func (c *RawClient) Disconnect() {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 5},
+		(*packets.Packet).DisconnectEncode)
+	for {
+		if _, err := c.read(20 * time.Second); err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.t.Fatal("the broker did not close the connection after DISCONNECT")
+			}
+			return
+		}
+	}
+}
