@@ -35,8 +35,8 @@ func DialRaw(t testing.TB, addr, id string, clean bool, sessionExpiry uint32) (*
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
 		ProtocolVersion: 5,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: clean, Keepalive: 60},
-		Properties: packets.Properties{SessionExpiryInterval: sessionExpiry, SessionExpiryIntervalFlag: sessionExpiry > 0},
+		Connect:         packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: clean, Keepalive: 60},
+		Properties:      packets.Properties{SessionExpiryInterval: sessionExpiry, SessionExpiryIntervalFlag: sessionExpiry > 0},
 	}
 	c.send(pk, (*packets.Packet).ConnectEncode)
 	ack := c.Read()
