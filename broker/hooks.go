@@ -23,7 +23,7 @@ func (h *hook) Provides(e byte) bool {
 		mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
 		mqtt.OnQosComplete, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect, mqtt.OnUnsubscribed, mqtt.OnClientExpired, mqtt.OnPacketEncode,
-		mqtt.OnRetainMessage,
+		mqtt.OnRetainMessage, mqtt.OnPacketSent,
 	}, []byte{e})
 }
 
@@ -66,6 +66,18 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		h.b.disconnecting(cl, pk)
 	}
 	return pk, nil
+}
+
+// OnPacketSent closes a connection once a DISCONNECT has been written to
+// it. Passive disconnect (rfcs/0006) keeps the substrate from closing the
+// socket before the client could read the reason code, but it then never
+// closes it at all — a session taken over (0x8E) or a client past a limit
+// (0x93) would stay connected. The bytes are written by now, so closing
+// loses nothing.
+func (h *hook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, b []byte) {
+	if pk.FixedHeader.Type == packets.Disconnect {
+		cl.Stop(packets.Code{Code: pk.ReasonCode, Reason: "disconnected by the broker"})
+	}
 }
 
 // OnRetainMessage discards the substrate's in-memory copy of a retained
@@ -313,6 +325,12 @@ func (b *Broker) dropPositions(id string) {
 	reader := "mqtt:" + id
 	for _, ch := range b.channels {
 		if ch.log == nil {
+			continue
+		}
+		// A read first: a clean CONNECT usually has nothing stored, and a
+		// write per channel per connection would put every reconnect storm
+		// on the provider's one writer.
+		if _, ok, err := ch.log.Position(reader); err == nil && !ok {
 			continue
 		}
 		if _, err := ch.log.DropPosition(reader); err != nil {
