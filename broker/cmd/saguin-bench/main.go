@@ -1,0 +1,275 @@
+// Command saguin-bench measures Sagüin beside mosquitto and a bare
+// mochi-mqtt server in one run and prints one table of ratios:
+//
+//   - QoS 1 publish throughput into an append channel (memory and sqlite
+//     providers) and QoS 1 broadcast, with 1, 8 and 64 concurrent
+//     publishers; the reference brokers have no channels, so Sagüin's append
+//     figures are set beside their QoS 1 broadcast to one subscriber;
+//   - the replay rate of a 100,000-record channel to one consumer;
+//   - broker start-up time over a 1,000,000-record sqlite database.
+//
+// Every figure comes from a run whose messages were all accounted for: a
+// PUBACK other than 0x00, a message lost, duplicated or reordered, or a gap
+// in a replay's offsets fails that scenario, and any Sagüin failure makes
+// the command exit 1. A broadcast subscriber may fall at most -max-lag
+// messages behind the publishers, so a figure is a delivery rate the broker
+// sustains, not the size of the queue it drops at. Where a reference broker
+// fails (mochi v2.7.9's QoS 1 delivery deadlocks; mosquitto 2.0.11 drops a
+// subscriber's messages at 64 publishers), the failure is listed and the
+// figure set beside Sagüin's is re-measured under a footnoted fallback.
+// Every process it starts is stopped on the way out, on a signal too.
+//
+//	go run ./cmd/saguin-bench            the full run (about 6-7 minutes)
+//	go run ./cmd/saguin-bench -quick     a smoke run (about 2 minutes)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// options are the command's flags after -quick has filled in what was not
+// set explicitly.
+type options struct {
+	duration       time.Duration
+	quick          bool
+	publishers     []int
+	window         int
+	payload        int
+	brokers        []string
+	storages       []string
+	replayRecords  int64
+	startupRecords int64
+	startupRuns    int
+	saguinBin      string
+	saguinSrc      string
+	mosquitto      string
+	workdir        string
+	keep           bool
+	receiveMax     int
+	maxLag         int64
+	ackTimeout     time.Duration
+	verifyAppend   bool
+	mochiQoS1      bool
+	gogc           int
+	timeout        time.Duration
+}
+
+func (o options) has(broker string) bool { return slices.Contains(o.brokers, broker) }
+
+// Bounds on what the flags may ask for (invariant 13: a benchmark that
+// allocates per publisher or per record takes no unbounded count).
+const (
+	maxPublishers     = 4096
+	maxRecords        = 100_000_000
+	maxRunDuration    = 10 * time.Minute
+	defaultDuration   = 10 * time.Second
+	quickDuration     = time.Second
+	defaultStartupRec = 1_000_000
+	quickStartupRec   = 5_000
+	defaultReplayRec  = 100_000
+	quickReplayRec    = 5_000
+)
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("saguin-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var pubs, brokers, storages string
+	fs.DurationVar(&o.duration, "duration", defaultDuration, "length of each throughput run (in-flight PUBACKs are still awaited)")
+	fs.BoolVar(&o.quick, "quick", false, "smoke mode: 1s runs, 5,000-record replay and start-up database (explicit flags still win)")
+	fs.StringVar(&pubs, "publishers", "1,8,64", "comma-separated concurrent publisher counts")
+	fs.IntVar(&o.window, "window", 1, "QoS 1 publishes each publisher keeps in flight")
+	fs.IntVar(&o.payload, "payload", 128, "payload bytes")
+	fs.StringVar(&brokers, "brokers", "saguin,mochi,mosquitto", "brokers to measure")
+	fs.StringVar(&storages, "storages", "memory,sqlite", "Sagüin storage providers to measure")
+	fs.Int64Var(&o.replayRecords, "replay-records", defaultReplayRec, "records in the replayed channel")
+	fs.Int64Var(&o.startupRecords, "startup-records", defaultStartupRec, "records in the sqlite database start-up is timed over (0 = skip)")
+	fs.IntVar(&o.startupRuns, "startup-runs", 3, "start-ups timed; the median is reported")
+	fs.StringVar(&o.saguinBin, "saguin-bin", "", "use this saguin binary instead of building ./cmd/saguin")
+	fs.StringVar(&o.saguinSrc, "saguin-src", "", "the saguin.dev/broker module to build (default: found from the working directory)")
+	fs.StringVar(&o.mosquitto, "mosquitto", "/usr/sbin/mosquitto", "mosquitto binary")
+	fs.StringVar(&o.workdir, "workdir", "", "parent directory for data and configurations (default: the system temp dir)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	fs.IntVar(&o.receiveMax, "receive-maximum", 1024, "Receive Maximum of every subscriber")
+	fs.Int64Var(&o.maxLag, "max-lag", 250, "broadcast: publishers wait while the subscriber is this many messages behind (0 = never; then brokers drop at their queue bounds)")
+	fs.DurationVar(&o.ackTimeout, "ack-timeout", 10*time.Second, "longest wait for one PUBACK (or for a stalled subscriber)")
+	fs.BoolVar(&o.verifyAppend, "verify-append", true, "read each append channel back and account for every acknowledged record")
+	fs.BoolVar(&o.mochiQoS1, "mochi-qos1", true, "try mochi with a QoS 1 subscriber before falling back to QoS 0")
+	fs.IntVar(&o.gogc, "gogc", 400, "GC percent of this process (load generator and in-process mochi)")
+	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "bound on the whole run")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.quick {
+		if !set["duration"] {
+			o.duration = quickDuration
+		}
+		if !set["replay-records"] {
+			o.replayRecords = quickReplayRec
+		}
+		if !set["startup-records"] {
+			o.startupRecords = quickStartupRec
+		}
+	}
+	var err error
+	if o.publishers, err = parseCounts(pubs); err != nil {
+		return o, fmt.Errorf("-publishers: %w", err)
+	}
+	if o.brokers, err = parseSet(brokers, []string{"saguin", "mochi", "mosquitto"}); err != nil {
+		return o, fmt.Errorf("-brokers: %w", err)
+	}
+	if o.storages, err = parseSet(storages, []string{"memory", "sqlite"}); err != nil {
+		return o, fmt.Errorf("-storages: %w", err)
+	}
+	switch {
+	case o.duration <= 0 || o.duration > maxRunDuration:
+		return o, fmt.Errorf("-duration %s: want above 0 and at most %s", o.duration, maxRunDuration)
+	case o.window < 1 || o.window > 65535:
+		return o, fmt.Errorf("-window %d: want 1..65535", o.window)
+	case o.payload < 16 || o.payload > 1<<20:
+		return o, fmt.Errorf("-payload %d: want 16..1048576", o.payload)
+	case o.replayRecords < 1 || o.replayRecords > maxRecords:
+		return o, fmt.Errorf("-replay-records %d: want 1..%d", o.replayRecords, maxRecords)
+	case o.startupRecords < 0 || o.startupRecords > maxRecords:
+		return o, fmt.Errorf("-startup-records %d: want 0..%d", o.startupRecords, maxRecords)
+	case o.startupRuns < 1 || o.startupRuns > 25:
+		return o, fmt.Errorf("-startup-runs %d: want 1..25", o.startupRuns)
+	case o.maxLag < 0 || o.maxLag > maxRecords:
+		return o, fmt.Errorf("-max-lag %d: want 0..%d", o.maxLag, maxRecords)
+	case o.receiveMax < 1 || o.receiveMax > 65535:
+		return o, fmt.Errorf("-receive-maximum %d: want 1..65535", o.receiveMax)
+	case o.ackTimeout <= 0:
+		return o, fmt.Errorf("-ack-timeout %s: want above 0", o.ackTimeout)
+	case o.timeout <= 0:
+		return o, fmt.Errorf("-timeout %s: want above 0", o.timeout)
+	}
+	return o, nil
+}
+
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > maxPublishers {
+			return nil, fmt.Errorf("%q: want counts from 1 to %d", f, maxPublishers)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func parseSet(s string, allowed []string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(allowed, f) {
+			return nil, fmt.Errorf("%q: want some of %s", f, strings.Join(allowed, ", "))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty: want some of %s", strings.Join(allowed, ", "))
+	}
+	return out, nil
+}
+
+// run is the whole command; args[0] is the program name. It returns the
+// exit code: 0, 1 when a Sagüin scenario failed or the run could not be
+// made, 2 for bad flags.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args[1:], stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "saguin-bench:", err)
+		}
+		return 2
+	}
+	started := time.Now()
+	fmt.Fprintf(stdout, "command: %s\n", shellQuote(args))
+	if wd, err := os.Getwd(); err == nil {
+		fmt.Fprintf(stdout, "directory: %s\n", wd)
+	}
+	prevGC := debug.SetGCPercent(o.gogc)
+	defer debug.SetGCPercent(prevGC)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	parent := o.workdir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(parent, "saguin-bench-")
+	if err != nil {
+		fmt.Fprintln(stderr, "saguin-bench:", err)
+		return 1
+	}
+	if o.keep {
+		defer fmt.Fprintf(stdout, "work directory kept: %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+
+	b := &bench{o: o, dir: dir, out: stdout, results: newResults()}
+	// Every process a scenario starts is stopped by that scenario's own
+	// defer, so a failure, a signal (ctx) or a panic on this goroutine all
+	// unwind through them; a child also gets SIGKILL from the kernel if this
+	// process dies without unwinding (Pdeathsig).
+	b.header(ctx)
+	b.runAll(ctx)
+	b.report(time.Since(started))
+	if ctx.Err() != nil {
+		fmt.Fprintf(stdout, "run cut short: %v\n", context.Cause(ctx))
+		return 1
+	}
+	if b.results.saguinFailed() {
+		return 1
+	}
+	return 0
+}
+
+// shellQuote renders argv as one line a shell would split back the same.
+func shellQuote(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == ',' || r == '=' || r == ':' ||
+				r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+		}) < 0 {
+			parts[i] = a
+			continue
+		}
+		parts[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(parts, " ")
+}

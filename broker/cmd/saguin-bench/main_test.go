@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A smoke run of the whole command against the in-process mochi alone (no
+// saguin build, no mosquitto): it measures, accounts for every message,
+// prints the table and exits 0. mochi's QoS 1 attempt is off because that
+// path deadlocks in mochi v2.7.9 and would only add its timeout.
+func TestRunMochiOnly(t *testing.T) {
+	var out, errOut bytes.Buffer
+	work := t.TempDir()
+	code := run([]string{"saguin-bench", "-quick", "-brokers", "mochi", "-mochi-qos1=false",
+		"-duration", "300ms", "-publishers", "1,8", "-workdir", work}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	text := out.String()
+	if !strings.HasPrefix(text, "command: saguin-bench -quick -brokers mochi -mochi-qos1=false -duration 300ms -publishers 1,8 -workdir ") {
+		t.Errorf("the command line is not the first line:\n%s", text)
+	}
+	for _, pubs := range []string{"1", "8"} {
+		row := regexp.MustCompile(`(?m)^\s*broadcast\s+` + pubs + `\s+-\s+([\d,]+) \*\s+-\s+-\s+-\s*$`)
+		m := row.FindStringSubmatch(text)
+		if m == nil || m[1] == "0" {
+			t.Errorf("no broadcast row with a mochi figure for %s publishers:\n%s", pubs, text)
+		}
+	}
+	if !strings.Contains(text, "== saguin failures: none") {
+		t.Errorf("failures reported:\n%s", text)
+	}
+	// The work directory is removed on the way out.
+	if entries, err := os.ReadDir(work); err != nil || len(entries) != 0 {
+		t.Errorf("work directory left behind: %v %v", entries, err)
+	}
+}
+
+func TestFlagsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"-publishers", "0"},
+		{"-publishers", "1,x"},
+		{"-brokers", "nats"},
+		{"-storages", ""},
+		{"-duration", "0s"},
+		{"-window", "0"},
+		{"-payload", "8"},
+		{"-replay-records", "0"},
+		{"-startup-runs", "0"},
+		{"stray"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(append([]string{"saguin-bench"}, args...), &out, &errOut); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (stderr %q)", args, code, errOut.String())
+		}
+	}
+}
+
+func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-quick"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.duration != quickDuration || o.replayRecords != quickReplayRec || o.startupRecords != quickStartupRec {
+		t.Fatalf("quick: %+v", o)
+	}
+	o, err = parseFlags([]string{"-quick", "-duration", "3s", "-startup-records", "7"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.duration != 3*time.Second || o.startupRecords != 7 || o.replayRecords != quickReplayRec {
+		t.Fatalf("explicit flags lost: %+v", o)
+	}
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.duration != defaultDuration || o.replayRecords != 100_000 || o.startupRecords != 1_000_000 ||
+		len(o.publishers) != 3 || o.publishers[2] != 64 {
+		t.Fatalf("defaults are not the issue's: %+v", o)
+	}
+}
+
+func TestListeningLine(t *testing.T) {
+	for line, want := range map[string]string{
+		`time=2026-11-29T21:49:53.466Z level=INFO msg=listening broker=bench listener=tcp address=127.0.0.1:35423`: "127.0.0.1:35423",
+		`level=INFO msg="listening" address="127.0.0.1:1883" other=x`:                                              "127.0.0.1:1883",
+		`level=INFO msg="attached listener" broker=bench id=tcp protocol=tcp address=127.0.0.1:35423`:              "",
+		`level=INFO msg="operations listening" address=127.0.0.1:9000`:                                             "",
+	} {
+		m := listeningLine.FindStringSubmatch(line)
+		got := ""
+		if m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("%s: got %q, want %q", line, got, want)
+		}
+	}
+}
+
+func TestSaguinConfig(t *testing.T) {
+	mem, err := saguinConfig("memory", "/d")
+	if err != nil || !strings.Contains(mem, "type: memory\n        snapshot_dir: none") {
+		t.Fatalf("memory: %v\n%s", err, mem)
+	}
+	sq, err := saguinConfig("sqlite", "/d")
+	if err != nil || !strings.Contains(sq, `file_path: "/d/saguin.db"`) {
+		t.Fatalf("sqlite: %v\n%s", err, sq)
+	}
+	for _, want := range []string{`filter: "events/#"`, `filter: "replay/#"`, `address: "127.0.0.1:0"`, "default_retention_period: none"} {
+		if !strings.Contains(sq, want) {
+			t.Errorf("configuration lacks %q", want)
+		}
+	}
+	if _, err := saguinConfig("tape", "/d"); err == nil {
+		t.Fatal("an unknown storage type was rendered")
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for f, want := range map[float64]string{0: "0", 999.4: "999", 1000: "1,000", 30000: "30,000", 1234567.6: "1,234,568", -4500: "-4,500"} {
+		if got := commas(f); got != want {
+			t.Errorf("commas(%v) = %q, want %q", f, got, want)
+		}
+	}
+	ms := time.Millisecond
+	if m := median([]time.Duration{30 * ms, 10 * ms, 20 * ms}); m != 20*ms {
+		t.Errorf("median of three = %s", m)
+	}
+	if m := median([]time.Duration{40 * ms, 10 * ms}); m != 25*ms {
+		t.Errorf("median of two = %s", m)
+	}
+	if got := shellQuote([]string{"bench", "-x", "a b", "it's", ""}); got != `bench -x 'a b' 'it'\''s' ''` {
+		t.Errorf("shellQuote = %s", got)
+	}
+	if ratio(cell{rate: 3, ok: true}, cell{rate: 2, ok: true}) != "1.50" || ratio(cell{rate: 3, ok: true}, cell{}) != "-" {
+		t.Error("ratio")
+	}
+}

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"saguin.dev/broker/internal/loadgen"
+)
+
+// The targets.
+const (
+	targetAppendSqlite64 = 30_000  // msgs/s, append on sqlite with 64 publishers
+	targetReplay         = 100_000 // records/s
+	targetStartup        = time.Second
+)
+
+// cell is one throughput figure, or why there is none.
+type cell struct {
+	rate float64 // msgs/s
+	ok   bool
+	err  string
+	note string // how the figure differs from the scenario's (footnoted)
+}
+
+type readCell struct {
+	rate    float64
+	records int64
+	ok      bool
+	err     string
+}
+
+type startupCell struct {
+	records int64
+	empty   time.Duration // start-up over the empty database
+	fill    time.Duration
+	runs    []time.Duration
+	err     string
+}
+
+type results struct {
+	saguin    map[string]map[int]cell // scenario -> publishers -> cell
+	mochi     map[int]cell
+	mosquitto map[int]cell
+	verify    map[string]readCell // storage -> append channel read back
+	replay    map[string]readCell // storage -> replay
+	startup   *startupCell
+
+	saguinErrs []string
+	refErrs    []string
+}
+
+func newResults() *results {
+	return &results{
+		saguin:    map[string]map[int]cell{},
+		mochi:     map[int]cell{},
+		mosquitto: map[int]cell{},
+		verify:    map[string]readCell{},
+		replay:    map[string]readCell{},
+	}
+}
+
+func (r *results) setSaguin(scenario string, pubs int, c cell) {
+	if r.saguin[scenario] == nil {
+		r.saguin[scenario] = map[int]cell{}
+	}
+	r.saguin[scenario][pubs] = c
+}
+
+func (r *results) saguinError(what string, err error) {
+	r.saguinErrs = append(r.saguinErrs, fmt.Sprintf("%s: %v", what, err))
+}
+
+func (r *results) refError(what string, err error) {
+	r.refErrs = append(r.refErrs, fmt.Sprintf("%s: %v", what, err))
+}
+
+func (r *results) saguinFailed() bool { return len(r.saguinErrs) > 0 }
+
+// report prints the table, the channel figures, the targets and every
+// failure.
+func (b *bench) report(total time.Duration) {
+	r := b.results
+	w := b.out
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "== results")
+	if b.o.has("saguin") {
+		fmt.Fprintf(w, "saguin: %s\n", orUnknown(b.saguinRev))
+	}
+	if b.o.has("mochi") {
+		fmt.Fprintf(w, "mochi-mqtt: %s, in-process, default options, allow-all auth hook\n", "v"+strings.TrimPrefix(loadgen.MochiVersion, "v"))
+	}
+	if b.o.has("mosquitto") {
+		fmt.Fprintf(w, "mosquitto: %s (%s), generated config: listener on 127.0.0.1, allow_anonymous true\n", orUnknown(b.mosqVer), b.o.mosquitto)
+	}
+	fmt.Fprintln(w, "msgs/s: QoS 1 PUBACKs per second; where a subscriber is attached (every broadcast, and every mochi and")
+	fmt.Fprintln(w, "mosquitto figure) until the last message reached it, every message accounted for exactly once, with")
+	fmt.Fprintf(w, "publishers held back while it was %d behind (-max-lag), so the figure is the delivery rate sustained.\n", b.o.maxLag)
+	fmt.Fprintln(w, "The reference brokers have no channels: their column beside an append row is their QoS 1 broadcast.")
+	fmt.Fprintln(w)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tpublishers\tsaguin msgs/s\tmochi msgs/s\tmosquitto msgs/s\tsaguin/mochi\tsaguin/mosquitto\t")
+	var notes []string
+	mark := func(c cell, present bool) string {
+		text := figure(c, present)
+		if !c.ok || c.note == "" {
+			return text
+		}
+		i := slices.Index(notes, c.note)
+		if i < 0 {
+			notes = append(notes, c.note)
+			i = len(notes) - 1
+		}
+		return text + " " + strings.Repeat("*", i+1)
+	}
+	for _, scenario := range b.scenarios() {
+		for _, pubs := range b.o.publishers {
+			s, hasS := r.saguin[scenario][pubs]
+			mo, hasMo := r.mochi[pubs]
+			mq, hasMq := r.mosquitto[pubs]
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", scenario, pubs,
+				mark(s, hasS), mark(mo, hasMo), mark(mq, hasMq), ratio(s, mo), ratio(s, mq))
+		}
+	}
+	_ = tw.Flush()
+	for i, n := range notes {
+		fmt.Fprintf(w, "%s %s\n", strings.Repeat("*", i+1), n)
+	}
+
+	if b.o.has("saguin") {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "channel\tstorage\tfigure\t")
+		for _, storage := range b.o.storages {
+			fmt.Fprintf(tw, "replay of %s records, 1 consumer\t%s\t%s\t\n", commas(float64(b.o.replayRecords)), storage, readFigure(r.replay[storage], "records/s"))
+		}
+		if b.o.verifyAppend {
+			for _, storage := range b.o.storages {
+				fmt.Fprintf(tw, "append channel read back (all runs)\t%s\t%s\t\n", storage, readFigure(r.verify[storage], "records/s"))
+			}
+		}
+		if st := r.startup; st != nil {
+			fmt.Fprintf(tw, "start-up over %s records\tsqlite\t%s\t\n", commas(float64(st.records)), startupFigure(st))
+		}
+		_ = tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "== targets")
+	b.targets()
+
+	if len(r.refErrs) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "== reference broker failures (not Sagüin's; the figures above say what was measured instead)")
+		for _, e := range r.refErrs {
+			fmt.Fprintf(w, "- %s\n", oneLine(e, 400))
+		}
+	}
+	fmt.Fprintln(w)
+	if len(r.saguinErrs) > 0 {
+		fmt.Fprintf(w, "== saguin failures: %d\n", len(r.saguinErrs))
+		for _, e := range r.saguinErrs {
+			fmt.Fprintf(w, "- %s\n", e)
+		}
+	} else {
+		fmt.Fprintln(w, "== saguin failures: none")
+	}
+	fmt.Fprintf(w, "total time: %s\n", total.Round(time.Second))
+}
+
+// scenarios lists the table's row groups in order.
+func (b *bench) scenarios() []string {
+	if !b.o.has("saguin") {
+		return []string{"broadcast"}
+	}
+	var s []string
+	for _, st := range b.o.storages {
+		s = append(s, "append "+st)
+	}
+	for _, st := range b.o.storages {
+		s = append(s, "broadcast "+st)
+	}
+	return s
+}
+
+func (b *bench) targets() {
+	w := b.out
+	r := b.results
+	if !b.o.has("saguin") {
+		fmt.Fprintln(w, "not measured (saguin not among -brokers)")
+		return
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	if slices.Contains(b.o.storages, "sqlite") && slices.Contains(b.o.publishers, 64) {
+		c := r.saguin["append sqlite"][64]
+		if c.ok {
+			fmt.Fprintf(w, "append on sqlite, 64 publishers >= %s msgs/s: %s msgs/s, %s\n", commas(targetAppendSqlite64), commas(c.rate), verdict(c.rate >= targetAppendSqlite64))
+		} else {
+			fmt.Fprintf(w, "append on sqlite, 64 publishers >= %s msgs/s: no figure\n", commas(targetAppendSqlite64))
+		}
+	} else {
+		fmt.Fprintln(w, "append on sqlite, 64 publishers: not run (needs -storages with sqlite and -publishers with 64)")
+	}
+	for _, storage := range b.o.storages {
+		c := r.replay[storage]
+		note := ""
+		if b.o.replayRecords != defaultReplayRec {
+			note = fmt.Sprintf(" (over %s records, not %s)", commas(float64(b.o.replayRecords)), commas(defaultReplayRec))
+		}
+		if c.ok {
+			fmt.Fprintf(w, "replay (%s) >= %s records/s: %s records/s, %s%s\n", storage, commas(targetReplay), commas(c.rate), verdict(c.rate >= targetReplay), note)
+		} else {
+			fmt.Fprintf(w, "replay (%s) >= %s records/s: no figure\n", storage, commas(targetReplay))
+		}
+	}
+	if st := r.startup; st != nil && len(st.runs) > 0 {
+		med := median(st.runs)
+		note := ""
+		if st.records != defaultStartupRec {
+			note = fmt.Sprintf(" (over %s records, not %s)", commas(float64(st.records)), commas(defaultStartupRec))
+		}
+		fmt.Fprintf(w, "start-up < %s: median %s, %s%s\n", targetStartup, med.Round(time.Millisecond), verdict(med < targetStartup), note)
+	} else if b.o.startupRecords > 0 {
+		fmt.Fprintf(w, "start-up < %s: no figure\n", targetStartup)
+	} else {
+		fmt.Fprintln(w, "start-up: not run (-startup-records 0)")
+	}
+}
+
+func figure(c cell, present bool) string {
+	switch {
+	case !present:
+		return "-"
+	case !c.ok:
+		return "FAILED"
+	default:
+		return commas(c.rate)
+	}
+}
+
+func ratio(a, b cell) string {
+	if !a.ok || !b.ok || b.rate <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(a.rate/b.rate, 'f', 2, 64)
+}
+
+func readFigure(c readCell, unit string) string {
+	if !c.ok {
+		if c.err != "" {
+			return "FAILED"
+		}
+		return "-"
+	}
+	return fmt.Sprintf("%s %s (%s records)", commas(c.rate), unit, commas(float64(c.records)))
+}
+
+func startupFigure(st *startupCell) string {
+	if len(st.runs) == 0 {
+		return "FAILED"
+	}
+	runs := make([]string, len(st.runs))
+	for i, d := range st.runs {
+		runs[i] = d.Round(time.Millisecond).String()
+	}
+	s := fmt.Sprintf("median %s of %d (%s); empty database %s", median(st.runs).Round(time.Millisecond), len(st.runs), strings.Join(runs, ", "), st.empty.Round(time.Millisecond))
+	if st.err != "" {
+		s += "; then FAILED"
+	}
+	return s
+}
+
+// median of a non-empty list; the mean of the middle two for an even count.
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// commas formats a rate or count rounded to a whole number, with thousands
+// separators.
+func commas(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "?"
+	}
+	n := int64(math.Round(f))
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	s := strconv.FormatInt(n, 10)
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not run"
+	}
+	return s
+}
