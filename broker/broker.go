@@ -211,7 +211,11 @@ func (b *Broker) newServer() *mqtt.Server {
 	caps.MaximumPacketSize = uint32(lim.MaxMessageSize)
 	// invariant 13: inbound alias table bounded (RFC 0002 §1.5: fixed at 16).
 	caps.TopicAliasMaximum = 16
-	caps.MaximumClientWritesPending = 128
+	// The substrate drops a broadcast delivery its outbound queue cannot
+	// hold, QoS 1 included (invariant 16 wants QoS 1/2 held within the
+	// session's bound: step 6 replaces this queue). 1,024 slots (8 KiB a
+	// connection) keeps a subscriber up to 1,024 messages behind whole.
+	caps.MaximumClientWritesPending = 1024
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	caps.Compatibilities.PassiveClientDisconnect = true
 	if b.cfg.Broker.MinProtocolVersion == 5 {
