@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -37,6 +38,8 @@ type consumer struct {
 	// inflight maps packet id → offset of each QoS>0 delivery not yet
 	// acknowledged, in the current era only.
 	inflight map[uint16]uint64
+	// batch is the pump's reusable buffer of prepared deliveries.
+	batch []prepared
 	// era ends when a seek moves the position: acknowledgements of
 	// deliveries from a closed era are ignored (RFC 0003 §8 "Seek").
 	era uint64
@@ -175,10 +178,17 @@ func (c *consumer) run(ctx context.Context, cl *mqtt.Client) {
 			}
 			continue
 		}
+		batch := c.batch[:0]
 		for i := range recs {
-			if !c.deliver(ctx, cl, &recs[i], era) {
+			ok := false
+			batch, ok = c.prepare(ctx, cl, &recs[i], era, batch)
+			if !ok {
 				break
 			}
+		}
+		c.batch = batch[:0]
+		if !c.flush(cl, batch) {
+			continue
 		}
 	}
 }
@@ -194,10 +204,22 @@ func (c *consumer) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// deliver writes one record to the client if the consumer's filters match
-// it, waiting for room in the client's window first. It returns false when
-// the pump must re-read (era changed, context ended, connection failed).
-func (c *consumer) deliver(ctx context.Context, cl *mqtt.Client, rec *storage.Record, era uint64) bool {
+// prepared is a delivery taken off the log and not yet written.
+type prepared struct {
+	pk     packets.Packet
+	offset uint64
+}
+
+// pumpWriteBatch bounds how many deliveries one write carries: a replay is
+// written in runs of packets, one system call a run, rather than one call a
+// record.
+const pumpWriteBatch = 64
+
+// prepare adds one record to the batch if the consumer's filters match it,
+// first writing the batch and waiting when the client's window is full. It
+// returns false when the pump must re-read (era changed, context ended,
+// connection failed).
+func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Record, era uint64, batch []prepared) ([]prepared, bool) {
 	m, ok := c.match(rec, cl)
 	if !ok {
 		// Nothing of this session's wants the record (filters, No Local):
@@ -209,7 +231,7 @@ func (c *consumer) deliver(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		}
 		stale := c.era != era
 		c.mu.Unlock()
-		return !stale
+		return batch, !stale
 	}
 
 	if m.qos > 0 {
@@ -219,14 +241,20 @@ func (c *consumer) deliver(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 			stale := c.era != era
 			c.mu.Unlock()
 			if stale {
-				return false
+				return batch, false
 			}
 			if room {
 				break
 			}
+			// Out of room: what is prepared goes out now, so the client can
+			// acknowledge it, and the pump waits for an acknowledgement.
+			if !c.flush(cl, batch) {
+				return batch[:0], false
+			}
+			batch = batch[:0]
 			select {
 			case <-ctx.Done():
-				return false
+				return batch, false
 			case <-c.wake:
 			}
 		}
@@ -236,40 +264,89 @@ func (c *consumer) deliver(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	c.mu.Lock()
 	if c.era != era || c.next != rec.Offset {
 		c.mu.Unlock()
-		return false
+		return batch, false
 	}
 	if m.qos > 0 {
 		pid, err := cl.NextPacketID()
 		if err != nil {
 			c.mu.Unlock()
 			c.b.log.Warn("packet identifiers exhausted", "client", c.sess.id)
-			return c.sleep(ctx, 100*time.Millisecond)
+			return batch, c.sleep(ctx, 100*time.Millisecond)
 		}
 		pk.PacketID = uint16(pid)
 		c.inflight[pk.PacketID] = rec.Offset
 		c.sess.mu.Lock()
 		c.sess.pids[pk.PacketID] = c
 		c.sess.mu.Unlock()
-		// The substrate's table reserves the identifier and routes the
-		// PUBACK back to us through OnQosComplete.
+		// The substrate's table reserves the identifier: no other delivery
+		// to this client takes it until the PUBACK frees it.
 		cl.State.Inflight.Set(pk)
 	}
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
 
-	if err := cl.WritePacket(pk); err != nil {
-		if errors.Is(err, packets.ErrPacketTooLarge) {
-			// RFC 0003 §5: a record too large for the subscriber's Maximum
-			// Packet Size disconnects it with 0x95 and is never skipped: the
-			// position stays below it.
-			c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
-				"client", c.sess.id, "channel", c.ch.name, "offset", rec.Offset)
-			c.unsend(cl, pk.PacketID, rec.Offset)
-			_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+	batch = append(batch, prepared{pk: pk, offset: rec.Offset})
+	if len(batch) >= pumpWriteBatch {
+		if !c.flush(cl, batch) {
+			return batch[:0], false
 		}
+		batch = batch[:0]
+	}
+	return batch, true
+}
+
+// flush writes the prepared deliveries in one write, under the client's lock
+// as the substrate's own writes are, bounded by the connection's write
+// deadline (invariant 16). It reports whether the pump may go on.
+func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
+	if len(batch) == 0 {
+		return true
+	}
+	if cl.Closed() || cl.Net.Conn == nil {
 		return false
 	}
-	if m.qos == 0 {
+	var buf bytes.Buffer
+	qos0 := false
+	max := cl.Properties.Props.MaximumPacketSize
+	for i := range batch {
+		pk := &batch[i].pk
+		pk.ProtocolVersion = cl.Properties.ProtocolVersion
+		start := buf.Len()
+		err := pk.PublishEncode(&buf)
+		if err == nil && max > 0 && uint32(buf.Len()-start) > max {
+			err = packets.ErrPacketTooLarge
+		}
+		if err != nil {
+			buf.Truncate(start)
+			if buf.Len() > 0 {
+				cl.Lock()
+				_, _ = cl.Net.Conn.Write(buf.Bytes())
+				cl.Unlock()
+			}
+			for _, p := range batch[i:] {
+				c.unsend(cl, p.pk.PacketID, p.offset)
+			}
+			if errors.Is(err, packets.ErrPacketTooLarge) {
+				// RFC 0003 §5: a record too large for the subscriber's
+				// Maximum Packet Size disconnects it with 0x95 and is never
+				// skipped: the position stays below it.
+				c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
+					"client", c.sess.id, "channel", c.ch.name, "offset", batch[i].offset)
+				_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+			} else {
+				c.b.log.Error("encoding a delivery", "client", c.sess.id, "channel", c.ch.name, "error", err)
+			}
+			return false
+		}
+		qos0 = qos0 || pk.FixedHeader.Qos == 0
+	}
+	cl.Lock()
+	_, err := cl.Net.Conn.Write(buf.Bytes())
+	cl.Unlock()
+	if err != nil {
+		return false
+	}
+	if qos0 {
 		// QoS 0 advances as it is written to the socket: at-most-once from
 		// the socket on (RFC 0003 §8).
 		c.mu.Lock()
