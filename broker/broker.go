@@ -55,6 +55,8 @@ type Broker struct {
 	ids       msgid.Generator
 	listeners []net.Listener
 
+	claims idClaims // per client id: CONNECT takeover vs teardown (invariant 17)
+
 	mu       sync.Mutex
 	sessions map[string]*session // invariant 13: one per held client id, bounded by connections and expiry
 

@@ -109,6 +109,7 @@ func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 // OnSessionEstablish runs after CONNECT passed every check and before the
 // substrate looks at the session: the moment the new connection claims it.
 func (h *hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	h.b.claimForConnect(cl)
 	h.b.claimSession(cl, pk)
 }
 
@@ -124,6 +125,9 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	// Sagüin's deliveries keep the client's Receive Maximum themselves
 	// (windowFree). This runs before the read loop starts.
 	cl.State.Inflight.ResetSendQuota(0)
+	// The substrate has registered this connection: a late teardown of an
+	// earlier one can now see it (ownership.go).
+	h.b.claims.release(cl.ID, cl)
 	s := h.b.sessionOf(cl.ID)
 	if s == nil {
 		return
@@ -173,6 +177,10 @@ func (b *Broker) returnJobs(s *session, cl *mqtt.Client) {
 
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	h.b.connectionEnded(cl, expire)
+	// invariant 17: the substrate's teardown works by client id and would
+	// unregister a newer connection of the same id; Sagüin does it, under
+	// the id's claim.
+	h.b.teardown(cl, expire)
 }
 
 func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
