@@ -22,10 +22,14 @@ vet:
 
 # Every module's tests. -count=1: never report a cached pass for a broker
 # that talks to real sockets.
+# linearizability runs its -short set here (its long property runs are for
+# make chaos); chaos runs the power-cut filesystem's tests (FUSE, as root).
 test: vet
 	@set -o pipefail; for m in $(MODULES); do \
 	  echo "== $$m"; (cd $$m && $(GO) test -count=1 -timeout 20m ./...) || exit 1; \
 	done
+	@echo "== linearizability"; cd linearizability && $(GO) test -count=1 -short -timeout 10m ./...
+	@echo "== chaos/faultfs"; cd chaos && $(GO) test -count=1 -timeout 10m ./faultfs/
 
 bench: build
 	cd broker && $(GO) run ./cmd/saguin-bench

@@ -2,8 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"strconv"
 	"sync"
@@ -20,11 +18,6 @@ import (
 // answer, or the PUBACK that reopens a full window, offers at once (RFC 0003
 // "Delivery"). Not configurable: nobody could reason about another value.
 const offerTick = 200 * time.Millisecond
-
-// offerScanLimit bounds how many stored jobs one offer pass reads past
-// (jobs out with workers or waiting out a backoff) looking for one to hand
-// over (invariant 13).
-const offerScanLimit = 4096
 
 // deliveryState is a job's state while it is out (RFC 0003 "States"):
 // AVAILABLE and RESOLVED are not represented; a job in neither of these two
@@ -47,6 +40,7 @@ type delivery struct {
 	state    deliveryState
 	written  bool      // the PUBLISH reached the connection
 	counted  bool      // the attempt was counted (at PUBACK or answer)
+	ending   bool      // an answer or a lease end is deciding the job's fate: one decision per delivery
 	received time.Time // when the worker was handed the job: backoff is measured from here
 	deadline time.Time // set at PUBACK (invariant 7), zero while delivering
 }
@@ -73,6 +67,34 @@ type queueEngine struct {
 	waiting map[uint64]time.Time // backoff: not offered before this moment
 	epoch   uint64
 
+	// scanFrom: every unresolved job at or below this offset is in out, so
+	// an offer pass starts reading after it instead of from the oldest job.
+	// Only the offer loop raises it (over jobs it finds or puts in out);
+	// every job that leaves out without leaving the queue lowers it below
+	// itself (dropOutLocked), so a job that comes back is always read again.
+	scanFrom uint64
+	// changed: jobs whose stored state changed since the offer loop began
+	// reading its current page (true: the job left the queue, resolved or
+	// dead-lettered). A job handed over from the page whose entry is absent
+	// is exactly as the page shows it (see claimLocked); changedAll says
+	// the record overflowed changedLimit and nothing can be trusted.
+	changed    map[uint64]bool
+	changedAll bool
+	// scanPrefix: every job the offer loop looked at since it last started
+	// over at scanFrom was out or gone (or put out by it), and none came
+	// back since. While it holds, scanFrom follows the loop, and the jobs
+	// of page are exactly the next ones a read from scanFrom would find.
+	scanPrefix bool
+
+	// cameBack: a job left out without leaving the queue since the offer
+	// loop last started over at scanFrom.
+	cameBack bool
+
+	// The offer loop's own: jobs read and not yet looked at, in offset
+	// order, and the last offset read (the next read continues after it).
+	page    []storage.QueueItem
+	pageEnd uint64
+
 	kick chan struct{}
 }
 
@@ -82,6 +104,7 @@ func newQueueEngine(b *Broker, ch *channel) *queueEngine {
 		out:     make(map[uint64]*delivery),
 		byID:    make(map[string]*delivery),
 		waiting: make(map[uint64]time.Time),
+		changed: make(map[uint64]bool),
 		kick:    make(chan struct{}, 1),
 	}
 }
@@ -143,167 +166,6 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 	}
 }
 
-// offer hands jobs to free workers, round-robin over those that are live,
-// hold no job from this queue and have room in their window.
-func (q *queueEngine) offer() {
-	now := q.b.clock.Now()
-	for {
-		q.mu.Lock()
-		w := q.freeWorkerLocked()
-		q.mu.Unlock()
-		if w == nil {
-			return
-		}
-		item, ok := q.nextAvailable(now)
-		if !ok {
-			return
-		}
-		if exp := q.ch.cfg.JobExpiresAfter; exp > 0 && !item.Timestamp.IsZero() && now.Sub(item.Timestamp) > exp {
-			// Out of time rather than out of attempts: dead-lettered whatever
-			// its attempt count, without further delivery.
-			q.deadLetter(item.Offset, "expired", nil)
-			continue
-		}
-		if !q.handOver(w, item, now) {
-			return
-		}
-	}
-}
-
-// freeWorkerLocked picks the next worker in round-robin order that can take
-// a job now.
-func (q *queueEngine) freeWorkerLocked() *worker {
-	n := len(q.workers)
-	start := 0
-	for i, w := range q.workers {
-		if w == q.last {
-			start = i + 1
-			break
-		}
-	}
-	for i := 0; i < n; i++ {
-		w := q.workers[(start+i)%n]
-		if w.holding != nil || w.cl == nil || w.cl.Closed() || !windowFree(w.cl) {
-			continue
-		}
-		return w
-	}
-	return nil
-}
-
-// nextAvailable finds the oldest job not out with a worker and not waiting
-// out a backoff. A waiting job is skipped, never waited on.
-func (q *queueEngine) nextAvailable(now time.Time) (storage.QueueItem, bool) {
-	var after uint64
-	scanned := 0
-	for scanned < offerScanLimit {
-		items, err := q.ch.queue.Items(after, 64)
-		if err != nil {
-			q.b.log.Error("reading queue", "queue", q.ch.name, "error", err)
-			return storage.QueueItem{}, false
-		}
-		if len(items) == 0 {
-			return storage.QueueItem{}, false
-		}
-		q.mu.Lock()
-		for _, it := range items {
-			after = it.Offset
-			scanned++
-			if q.out[it.Offset] != nil {
-				continue
-			}
-			if until, ok := q.waiting[it.Offset]; ok {
-				if now.Before(until) {
-					continue
-				}
-				delete(q.waiting, it.Offset)
-			}
-			q.mu.Unlock()
-			return it, true
-		}
-		q.mu.Unlock()
-	}
-	return storage.QueueItem{}, false
-}
-
-// newDeliveryID makes an opaque Delivery ID: the engine's epoch and eight
-// random bytes, so it is unique per attempt and never guessable from another.
-func (q *queueEngine) newDeliveryIDLocked() string {
-	q.epoch++
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], q.epoch)
-	_, _ = rand.Read(b[8:])
-	return string(b[:])
-}
-
-// handOver gives one job to one worker: the job becomes DELIVERING and the
-// PUBLISH is written on a goroutine of its own, so a worker that stops
-// reading holds up its own delivery and nothing else (invariant 16).
-func (q *queueEngine) handOver(w *worker, item storage.QueueItem, now time.Time) bool {
-	q.mu.Lock()
-	if w.holding != nil || q.out[item.Offset] != nil {
-		q.mu.Unlock()
-		return true
-	}
-	cl := w.cl
-	pid, err := cl.NextPacketID()
-	if err != nil {
-		q.mu.Unlock()
-		return false
-	}
-	d := &delivery{id: q.newDeliveryIDLocked(), offset: item.Offset, worker: w, pid: uint16(pid), received: now}
-	// invariant 4: the job is out with exactly this delivery; every other
-	// path checks q.out before handing it over again.
-	q.out[item.Offset] = d
-	q.byID[d.id] = d
-	w.holding = d
-	// Round-robin advances only on a handover: a pass that found no job
-	// must not move it, or the choice would depend on how many ticks ran.
-	q.last = w
-	q.mu.Unlock()
-
-	// The item was read before the claim; a resolve or dead-letter move that
-	// finished in between is visible only to a read made after it. With the
-	// claim in place no such move can start, so this read decides
-	// (invariants 4, 5: a job never goes out after it left the queue).
-	fresh, err := q.ch.queue.Get(item.Offset)
-	if err != nil {
-		q.mu.Lock()
-		q.releaseLocked(d)
-		q.mu.Unlock()
-		if !errors.Is(err, storage.ErrNotFound) {
-			q.b.log.Error("reading a job to offer", "queue", q.ch.name, "offset", item.Offset, "error", err)
-			return false
-		}
-		return true
-	}
-	item = fresh
-
-	pk := q.b.deliveryPacket(&item.Record, q.ch, matched{qos: 1}, now)
-	pk.PacketID = d.pid
-	pk.Properties.ResponseTopic = "$saguin/queue/" + q.ch.name + "/response"
-	pk.Properties.CorrelationData = []byte(d.id)
-	pk.Properties.User = append(pk.Properties.User,
-		packets.UserProperty{Key: "saguin-attempt", Val: strconv.FormatUint(uint64(item.Attempts)+1, 10)})
-
-	w.sess.mu.Lock()
-	w.sess.pids[d.pid] = queueAck{q: q, d: d}
-	w.sess.mu.Unlock()
-	cl.State.Inflight.Set(pk)
-
-	q.b.wg.Add(1)
-	go func() {
-		defer q.b.wg.Done()
-		// A worker registered by a SUBSCRIBE still being answered gets its
-		// SUBACK first.
-		w.sess.subscribing.Lock()
-		w.sess.subscribing.Unlock() //nolint:staticcheck // a gate, not a critical section
-		err := cl.WritePacket(pk)
-		q.written(d, cl, err)
-	}()
-	return true
-}
-
 // written learns whether the PUBLISH reached the connection. One that did
 // not was never seen by the worker, so it goes back with its attempt unspent
 // — by asking whether it was sent, never by a clock on DELIVERING
@@ -318,9 +180,10 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 	d.worker.sess.forget(d.pid)
 	cl.State.Inflight.Delete(d.pid)
 	q.mu.Lock()
-	current := q.out[d.offset] == d
+	// A lease being ended decides the job itself.
+	current := q.out[d.offset] == d && !d.ending
 	if current {
-		q.releaseLocked(d)
+		q.releaseLocked(d, false)
 	}
 	q.mu.Unlock()
 	if errors.Is(err, packets.ErrPacketTooLarge) {
@@ -334,9 +197,10 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 }
 
 // releaseLocked takes a delivery out of every index: its ID is dead from
-// here on (the epoch advanced), and its worker is free.
-func (q *queueEngine) releaseLocked(d *delivery) {
-	delete(q.out, d.offset)
+// here on (the epoch advanced), and its worker is free. left: the job's
+// removal from the queue is stored (dropOutLocked).
+func (q *queueEngine) releaseLocked(d *delivery, left bool) {
+	q.dropOutLocked(d.offset, left)
 	delete(q.byID, d.id)
 	if d.worker.holding == d {
 		d.worker.holding = nil
@@ -382,12 +246,17 @@ func (a queueAck) acked(pid uint16) {
 // reserve); a failure for another reason is logged and the count is taken
 // again when the lease ends.
 func (q *queueEngine) countAttempt(d *delivery, now time.Time) {
-	if _, err := q.ch.queue.CountAttempt(d.offset, now); err != nil {
+	_, err := q.ch.queue.CountAttempt(d.offset, now)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err != nil {
 		q.b.log.Error("counting an attempt", "queue", q.ch.name, "offset", d.offset, "error", err)
-		q.mu.Lock()
 		d.counted = false
-		q.mu.Unlock()
+		return
 	}
+	// Normally the job is still out and its release notes the change too;
+	// a count that lands after a lease ended early is noted here.
+	q.noteChangedLocked(d.offset, false)
 }
 
 // answer applies a worker's ack or return. Invariant 3: it is applied only
@@ -418,8 +287,10 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 		return
 	}
 	// Consuming the Delivery ID advances the epoch: a retry of this very
-	// answer finds nothing (invariant 3).
+	// answer finds nothing (invariant 3). The answer decides the job's
+	// fate: no lease end (timeout, session end) decides it meanwhile.
 	delete(q.byID, d.id)
+	d.ending = true
 	count := !d.counted
 	d.counted = true
 	q.mu.Unlock()
@@ -431,12 +302,12 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 		if err := q.ch.queue.Resolve(d.offset); err != nil {
 			q.b.log.Error("resolving a job", "queue", q.ch.name, "offset", d.offset, "error", err)
 			// Unresolved: the job goes back and is offered again.
-			q.endLease(d, "resolve failed", now)
+			q.settle(d, "resolve failed", now)
 			return
 		}
 		q.b.log.Debug("job acked", "queue", q.ch.name, "offset", d.offset, "client", s.id)
 		q.mu.Lock()
-		q.releaseLocked(d)
+		q.releaseLocked(d, true)
 		delete(q.waiting, d.offset)
 		q.mu.Unlock()
 		q.poke()
@@ -444,7 +315,7 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 	}
 	// A worker that answers is measured from its answer: it waits the
 	// whole gap.
-	q.endLease(d, "returned", now)
+	q.settle(d, "returned", now)
 }
 
 // endLease returns a job that was out: to AVAILABLE after what is left of
@@ -452,22 +323,31 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 // the dead-letter channel when its attempts are spent.
 func (q *queueEngine) endLease(d *delivery, why string, since time.Time) {
 	q.mu.Lock()
-	if q.out[d.offset] != d {
+	if q.out[d.offset] != d || d.ending {
 		q.mu.Unlock()
 		return
 	}
-	// The Delivery ID dies now and the worker is free, but the job stays
-	// marked out until it is decided: no offer may take a job that is about
-	// to be dead-lettered (invariants 4, 5).
+	// The Delivery ID dies now, but the job stays marked out until it is
+	// decided: no offer may take a job that is about to be dead-lettered
+	// (invariants 4, 5). The worker stays busy until then too, so the
+	// offer that follows finds the job back in its offset order (RFC 0003
+	// "Ordering"), as after an ack.
+	d.ending = true
 	delete(q.byID, d.id)
-	if d.worker.holding == d {
-		d.worker.holding = nil
-	}
 	q.mu.Unlock()
+	q.settle(d, why, since)
+}
+
+// settle decides the fate of a job whose delivery is ending (d.ending set
+// by the caller, under the lock): back to AVAILABLE, or dead-lettered.
+func (q *queueEngine) settle(d *delivery, why string, since time.Time) {
 	defer func() {
 		q.mu.Lock()
 		if q.out[d.offset] == d {
-			delete(q.out, d.offset)
+			q.dropOutLocked(d.offset, false)
+		}
+		if d.worker.holding == d {
+			d.worker.holding = nil
 		}
 		q.mu.Unlock()
 		q.poke()
@@ -519,7 +399,7 @@ func (q *queueEngine) expireLeases() {
 	var expired []*delivery
 	q.mu.Lock()
 	for _, d := range q.out {
-		if d.state == leased && !now.Before(d.deadline) {
+		if d.state == leased && !d.ending && !now.Before(d.deadline) {
 			expired = append(expired, d)
 		}
 	}
@@ -574,16 +454,18 @@ func (q *queueEngine) deadLetter(offset uint64, reason string, holder *delivery)
 		q.out[offset] = claim
 	}
 	q.mu.Unlock()
+	moved := false
 	defer func() {
 		q.mu.Lock()
 		if q.out[offset] == claim {
-			delete(q.out, offset)
+			q.dropOutLocked(offset, moved)
 		}
 		q.mu.Unlock()
 	}()
 
 	item, err := q.ch.queue.Get(offset)
 	if err != nil {
+		moved = errors.Is(err, storage.ErrNotFound) // gone already
 		return
 	}
 	now := q.b.clock.Now()
@@ -611,6 +493,7 @@ func (q *queueEngine) deadLetter(offset uint64, reason string, holder *delivery)
 		q.b.log.Error("dead-letter move failed; the job stays in the queue", "queue", q.ch.name, "offset", offset, "error", err)
 		return
 	}
+	moved = true
 	q.mu.Lock()
 	delete(q.waiting, offset)
 	q.mu.Unlock()

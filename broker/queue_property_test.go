@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -533,7 +534,9 @@ func newQueueModel(t *testing.T, rt *rapid.T, manual bool) *queueModel {
 				qc.c.Close()
 			}
 		}
+		stop := watchdog("the broker's graceful stop")
 		_ = m.b.Close()
+		stop()
 	})
 	for _, w := range m.workers {
 		m.connect(w, manual)
@@ -548,7 +551,12 @@ func (m *queueModel) logf(format string, args ...any) {
 
 func (m *queueModel) connect(name string, manual bool) *qmConn {
 	m.ev++
-	c := brokertest.Connect(m.t, m.b.Address(), name, brokertest.ClientOptions{CleanStart: true, ManualAck: manual, Buffer: 1024})
+	// A fresh client id for every connection: reconnecting under the same id
+	// right after a clean DISCONNECT can lose the new connection to the old
+	// one's teardown (TestInvariant17_LateTeardownLeavesTheReconnectedClientAlone),
+	// which is not what this test is about.
+	id := fmt.Sprintf("%s.%d", name, len(m.conns))
+	c := brokertest.Connect(m.t, m.b.Address(), id, brokertest.ClientOptions{CleanStart: true, ManualAck: manual, Buffer: 1024})
 	if sa := c.Subscribe("$saguin/queue/jobs", 1); sa.Reasons[0] != 1 {
 		m.rt.Fatalf("queue subscription granted 0x%02x", sa.Reasons[0])
 	}
@@ -646,7 +654,9 @@ func (m *queueModel) restart() {
 			delete(m.holders, w)
 		}
 	}
+	stop := watchdog("the broker's graceful restart")
 	m.b.Restart()
+	stop()
 	for _, qc := range m.conns {
 		select {
 		case <-qc.c.Done():
@@ -937,6 +947,17 @@ func (m *queueModel) summary() {
 		len(m.h.published), len(m.h.deliveries), redelivered, answered, len(m.h.dead), len(m.h.conns), restarts)
 }
 
+// watchdog turns a hang into a report: a graceful stop waits for every
+// connection the broker knows of, so one that never returns is a broker bug,
+// and the test binary's ten-minute timeout would bury which step hung.
+func watchdog(what string) (stop func()) {
+	t := time.AfterFunc(time.Minute, func() {
+		debug.SetTraceback("all")
+		panic(what + " did not finish within a minute")
+	})
+	return func() { t.Stop() }
+}
+
 // boundRapidChecks: every case starts a broker and runs for about a second,
 // so the default of 100 cases would take minutes. It also keeps rapid from
 // writing fail files into the package: a broker's timing differs on replay,
@@ -1089,5 +1110,46 @@ func TestInvariant15_SpentJobIsDeadLetteredAfterACrash(t *testing.T) {
 		}
 	case <-time.After(wait):
 		t.Fatal("the spent job was neither dead-lettered nor offered")
+	}
+}
+
+// Invariant 17: only the connection that owns a client id changes what the
+// broker keeps for it. A client disconnects cleanly and at once reconnects
+// under the same id. The substrate's teardown of the old connection checks
+// whether it was taken over, then unsubscribes it and deletes its id from the
+// client table (mochi attachClient); Sagüin's OnDisconnect runs just before
+// that. A new connection that registers between the check and the delete is
+// deleted in its place: it is still connected, but gets no broadcast, and a
+// graceful stop — which disconnects the clients in that table and waits for
+// every connection — then never returns. The old connection's 300
+// subscriptions only widen the window (the unsubscribe runs inside it).
+func TestInvariant17_LateTeardownLeavesTheReconnectedClientAlone(t *testing.T) {
+	r := newQueueRig(t, queueConfig)
+	pub := brokertest.Connect(t, r.b.Address(), "producer", brokertest.ClientOptions{CleanStart: true})
+	subs := make([]paho.SubscribeOptions, 300)
+	for k := range subs {
+		subs[k] = paho.SubscribeOptions{Topic: fmt.Sprintf("plain/f%d", k), QoS: 0}
+	}
+	for i := 0; i < 50; i++ {
+		old := brokertest.Connect(t, r.b.Address(), "device", brokertest.ClientOptions{CleanStart: true, Buffer: 16})
+		if sa, err := old.SubscribeWith(&paho.Subscribe{Subscriptions: subs}); err != nil || len(sa.Reasons) != len(subs) {
+			t.Fatalf("subscribe: %v", err)
+		}
+		old.Close()
+		c := brokertest.Connect(t, r.b.Address(), "device", brokertest.ClientOptions{CleanStart: true, Buffer: 16})
+		c.Subscribe("plain/x", 1)
+		if resp, err := pub.Publish(&paho.Publish{Topic: "plain/x", QoS: 1, Payload: []byte("hello")}); err != nil || resp.ReasonCode != 0 {
+			t.Fatalf("publish: %v %+v", err, resp)
+		}
+		select {
+		case <-c.Msgs:
+		case <-time.After(wait):
+			// Closing it ends the orphaned connection, so the broker's own
+			// cleanup is not left waiting for it.
+			c.Close()
+			t.Fatalf("reconnect %d: the new connection of client id \"device\" receives nothing its subscription matches: "+
+				"the old connection's teardown unregistered it", i+1)
+		}
+		c.Close()
 	}
 }

@@ -56,9 +56,9 @@ func (l *appendLog) Read(from uint64, max int) ([]storage.Record, uint64, error)
 			return err
 		}
 		defer rows.Close()
+		s := newPageScan()
 		for rows.Next() {
-			var s recordScan
-			if err := rows.Scan(s.recordDest()...); err != nil {
+			if err := rows.Scan(s.dest...); err != nil {
 				return err
 			}
 			r, err := s.record()

@@ -93,6 +93,10 @@ type Faults struct {
 	// stored counter — the restart bug invariant 9 forbids. Chaos and
 	// invariant tests use it as a negative control.
 	NextOffsetFromMaxPlusOne bool
+	// InReliefWrite runs inside the transaction of a CountAttempt or a
+	// Resolve, after its statement, with the job's offset. A non-nil error
+	// fails that write and rolls back the relief group carrying it.
+	InReliefWrite func(offset uint64) error
 }
 
 // resolved is Options after defaults and validation.

@@ -143,13 +143,14 @@ func (p *Provider) open(ctx context.Context) error {
 		return fmt.Errorf("storage %s: open %s: %w", name, p.path, err)
 	}
 	p.w = &writer{
-		p:     p,
-		conn:  conn,
-		pubs:  make(chan *pubReq, p.opts.batchMax),
-		ops:   make(chan *opReq),
-		close: make(chan struct{}),
-		done:  make(chan struct{}),
-		stats: &p.stats,
+		p:       p,
+		conn:    conn,
+		pubs:    make(chan *pubReq, p.opts.batchMax),
+		reliefs: make(chan *reliefReq, reliefMax),
+		ops:     make(chan *opReq),
+		close:   make(chan struct{}),
+		done:    make(chan struct{}),
+		stats:   &p.stats,
 	}
 	var mode string
 	if err := conn.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {

@@ -91,57 +91,64 @@ func (q *queueStore) notFound(offset uint64) error {
 
 // CountAttempt adds one to an item's attempts and records the delivery
 // time. It may use the reserve: counting an attempt is never refused for
-// capacity.
+// capacity. It is a relief write: group-committed with other relief writes
+// and answered after its transaction commits (relief.go).
 func (q *queueStore) CountAttempt(offset uint64, at time.Time) (storage.QueueItem, error) {
 	var it storage.QueueItem
-	err := q.p.do(func(w *writer) error {
+	ts := timeToDB(at)
+	err := q.p.relief(func(ctx context.Context, w *writer) error {
 		if offset > math.MaxInt64 {
 			return q.notFound(offset)
 		}
-		return w.txn(true, func(ctx context.Context) error {
-			ts := timeToDB(at)
-			var s recordScan
-			err := w.st[stCountAttempt].QueryRowContext(ctx, ts, ts, q.ch.id, int64(offset)).Scan(s.itemDest()...)
-			if errors.Is(err, sql.ErrNoRows) {
-				return q.notFound(offset)
-			}
-			if err != nil {
-				return err
-			}
-			it, err = s.item()
+		var s recordScan
+		err := w.st[stCountAttempt].QueryRowContext(ctx, ts, ts, q.ch.id, int64(offset)).Scan(s.itemDest()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			return q.notFound(offset)
+		}
+		if err != nil {
 			return err
-		})
-	})
+		}
+		if it, err = s.item(); err != nil {
+			return err
+		}
+		return q.faultInReliefWrite(offset)
+	}, nil)
 	if err != nil {
 		return storage.QueueItem{}, q.p.wrap("count attempt on "+q.ch.name, err)
 	}
 	return it, nil
 }
 
-// Resolve removes a finished item. It may use the reserve.
+// Resolve removes a finished item. It may use the reserve. It is a relief
+// write (relief.go); the queue's depth and bytes move once it commits.
 func (q *queueStore) Resolve(offset uint64) error {
-	err := q.p.do(func(w *writer) error {
+	var size int64
+	err := q.p.relief(func(ctx context.Context, w *writer) error {
 		if offset > math.MaxInt64 {
 			return q.notFound(offset)
 		}
-		var size int64
-		err := w.txn(true, func(ctx context.Context) error {
-			err := w.st[stResolve].QueryRowContext(ctx, q.ch.id, int64(offset)).Scan(&size)
-			if errors.Is(err, sql.ErrNoRows) {
-				return q.notFound(offset)
-			}
-			return err
-		})
+		err := w.st[stResolve].QueryRowContext(ctx, q.ch.id, int64(offset)).Scan(&size)
+		if errors.Is(err, sql.ErrNoRows) {
+			return q.notFound(offset)
+		}
 		if err != nil {
 			return err
 		}
+		return q.faultInReliefWrite(offset)
+	}, func() {
 		q.ch.mu.Lock()
 		q.ch.depth--
 		q.ch.bytes -= size
 		q.ch.mu.Unlock()
-		return nil
 	})
 	return q.p.wrap("resolve on "+q.ch.name, err)
+}
+
+func (q *queueStore) faultInReliefWrite(offset uint64) error {
+	if f := q.p.opts.Faults; f != nil && f.InReliefWrite != nil {
+		return f.InReliefWrite(offset)
+	}
+	return nil
 }
 
 // DeadLetter moves an item into the dead-letter log in one transaction

@@ -78,7 +78,7 @@ var stmtSQL = [numStmts]string{
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	stPageCount:      `PRAGMA page_count`,
 	stChannelBounds:  `SELECT floor, next FROM channels WHERE id = ?`,
-	stReadRecords:    `SELECT ` + recordColumns + ` FROM records WHERE channel = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?`,
+	stReadRecords:    `SELECT ` + readColumns + ` FROM records WHERE channel = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?`,
 	stFirstAtOrAfter: `SELECT min("offset") FROM records WHERE channel = ? AND timestamp >= ? AND timestamp != 0`,
 	stFirstHeld:      `SELECT min("offset") FROM records WHERE channel = ?`,
 	stItems:          `SELECT ` + itemColumns + ` FROM queue_items WHERE channel = ? AND "offset" > ? ORDER BY "offset" LIMIT ?`,

@@ -26,27 +26,32 @@ import (
 //     transaction for up to batchMax records, one counter-row UPDATE per
 //     channel per batch, offsets taken in transaction order (invariant 16:
 //     a publisher waits on storage, bounded by commits of a known size);
-//   - ops: any other transaction (trim, queue resolution, the dead-letter
-//     move, positions, opening a channel, and reads when there is no read
-//     pool), each in its own transaction.
+//   - relief writes (counting a queue attempt, resolving a job), collected
+//     into groups of their own of up to reliefMax that never wait for
+//     company (relief.go);
+//   - ops: any other transaction (trim, the dead-letter move, positions,
+//     opening a channel, and reads when there is no read pool), each in its
+//     own transaction.
 //
 // A caller returns only after its transaction commits or fails (invariant
 // 18: nothing is acknowledged before it is stored).
 type writer struct {
-	p     *Provider
-	conn  *sql.Conn
-	st    stmtSet
-	pubs  chan *pubReq
-	ops   chan *opReq
-	close chan struct{} // closed by Provider.Close
-	done  chan struct{} // closed when run returns
+	p       *Provider
+	conn    *sql.Conn
+	st      stmtSet
+	pubs    chan *pubReq
+	reliefs chan *reliefReq
+	ops     chan *opReq
+	close   chan struct{} // closed by Provider.Close
+	done    chan struct{} // closed when run returns
 
 	ceiling int64 // max_page_count currently set (0: unbounded)
 	// waiting is true while a batch waits for company (tests observe it).
 	waiting atomic.Bool
 
-	batch   []*pubReq
-	touched []*touch
+	batch       []*pubReq
+	reliefBatch []*reliefReq
+	touched     []*touch
 	// pending is what value Puts earlier in the batch being built give
 	// their topics (size), so a later Put of the same topic is judged
 	// against the value it will actually replace.
@@ -96,6 +101,7 @@ type stats struct {
 	commitsUnbatched  atomic.Uint64
 	committedRecords  atomic.Uint64
 	commits           atomic.Uint64 // every committed write transaction
+	reliefGroups      atomic.Uint64 // relief transactions tried (groups and writes run alone)
 }
 
 func (w *writer) run() {
@@ -106,6 +112,8 @@ func (w *writer) run() {
 			return
 		case op := <-w.ops:
 			op.done <- op.fn(w)
+		case r := <-w.reliefs:
+			w.commitReliefs(r)
 		case r := <-w.pubs:
 			w.collect(r)
 		}
@@ -152,6 +160,8 @@ func (w *writer) collect(first *pubReq) {
 				batch = append(batch, r)
 			case op := <-w.ops:
 				op.done <- op.fn(w)
+			case r := <-w.reliefs:
+				w.commitReliefs(r)
 			case <-timer.C:
 				break wait
 			case <-w.close:
