@@ -3,7 +3,7 @@
 // visualisation of the failing partitions.
 //
 //	lincheck [-model append|queue|latest] [-html out.html] [-dense=true]
-//	         [-resolution=true] [-timeout 5m] history.jsonl
+//	         [-resolution=true] [-timeout 0] history.jsonl
 //
 // Exit status: 0 passed; 1 a violation; 2 bad input; 3 inconclusive (the
 // search ran out of -timeout).

@@ -1,0 +1,301 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+
+	"saguin.dev/linearizability"
+)
+
+// env is what every actor of a campaign shares: the history and notes it
+// records into, the proxy it dials, and the campaign's timing.
+type env struct {
+	hist      *linearizability.Writer
+	notes     *noteWriter
+	proxy     *Proxy
+	vt        time.Duration // the queue's visibility timeout
+	opTimeout time.Duration // bound on every client operation
+
+	nextConn atomic.Int64
+
+	// draining: workers acknowledge everything from now on (the drain the
+	// queue resolution check presumes).
+	draining atomic.Bool
+	// lastDelivery is when a worker last received a queue offer;
+	// outstanding counts offers a worker is still handling.
+	lastDelivery atomic.Int64
+	outstanding  atomic.Int64
+
+	mu       sync.Mutex
+	failure  error     // first harness failure (a history write error...)
+	protocol []Finding // wire-level surprises seen while running
+	cancel   context.CancelFunc
+}
+
+func (e *env) now() int64 { return e.hist.Now() }
+
+// fail records a harness failure and stops the campaign: a history that
+// could not be written cannot be checked.
+func (e *env) fail(err error) {
+	if err == nil {
+		return
+	}
+	e.mu.Lock()
+	if e.failure == nil {
+		e.failure = err
+	}
+	cancel := e.cancel
+	e.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (e *env) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failure
+}
+
+// maxProtocolFindings bounds the wire-level findings kept (invariant 13).
+const maxProtocolFindings = 100
+
+// protocolFinding records something a client was told that no correct broker
+// tells it (a queue offer without a Delivery ID, a seek refused for a durable
+// session...).
+func (e *env) protocolFinding(inv int, check, channel, msg string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.protocol) < maxProtocolFindings {
+		e.protocol = append(e.protocol, Finding{Check: check, Invariant: inv, Channel: channel, Msg: msg})
+	}
+}
+
+func (e *env) write(op linearizability.Op) {
+	if err := e.hist.Write(op); err != nil {
+		e.fail(fmt.Errorf("history: %w", err))
+	}
+}
+
+func (e *env) note(n Note) {
+	if n.T == 0 {
+		n.T = e.now()
+	}
+	if err := e.notes.write(n); err != nil {
+		e.fail(fmt.Errorf("notes: %w", err))
+	}
+}
+
+// mconn is one MQTT connection of a stock paho.golang client. Its id is the
+// history's client number: one per connection, because a queue lease belongs
+// to a connection (linearizability README).
+type mconn struct {
+	env      *env
+	id       int
+	clientID string
+	pc       *paho.Client
+	raw      net.Conn
+	local    string
+	connack  *paho.Connack
+
+	lastHeard atomic.Int64 // last moment the broker was heard on this connection
+	acked     atomic.Int64 // a reader's highest offset acknowledged on this connection
+	closedAt  atomic.Int64 // when the harness itself closed it (0: it did not)
+	dead      chan struct{}
+	deadOnce  sync.Once
+	dropAt    int64 // earliest moment the broker may have seen it end; valid once dead
+}
+
+type dialOpts struct {
+	clientID      string
+	cleanStart    bool
+	sessionExpiry uint32
+	manualAck     bool
+	receiveMax    uint16
+	// onPublish runs on paho's delivery goroutine for every PUBLISH; it
+	// must not block (the PUBACK of an automatic acknowledgement waits for
+	// it, and a queue's visibility clock starts at that PUBACK, invariant 7).
+	onPublish func(c *mconn, p *paho.Publish)
+}
+
+// dial connects through the proxy. Everything is time-bounded by opTimeout.
+func (e *env) dial(ctx context.Context, o dialOpts) (*mconn, error) {
+	c := &mconn{env: e, id: int(e.nextConn.Add(1)), clientID: o.clientID, dead: make(chan struct{})}
+	d := net.Dialer{Timeout: e.opTimeout}
+	raw, err := d.DialContext(ctx, "tcp", e.proxy.Addr())
+	if err != nil {
+		return nil, fmt.Errorf("dial proxy: %w", err)
+	}
+	c.raw = raw
+	c.local = raw.LocalAddr().String()
+	handlers := []func(paho.PublishReceived) (bool, error){
+		func(pr paho.PublishReceived) (bool, error) {
+			c.heard()
+			if o.onPublish != nil {
+				o.onPublish(c, pr.Packet)
+			}
+			return true, nil
+		},
+	}
+	c.pc = paho.NewClient(paho.ClientConfig{
+		ClientID:                   o.clientID,
+		Conn:                       packets.NewThreadSafeConn(raw),
+		PacketTimeout:              e.opTimeout,
+		EnableManualAcknowledgment: o.manualAck,
+		SendAcksInterval:           5 * time.Millisecond,
+		OnPublishReceived:          handlers,
+		OnServerDisconnect:         func(*paho.Disconnect) { c.markDead() },
+		OnClientError:              func(error) { c.markDead() },
+	})
+	cp := &paho.Connect{ClientID: o.clientID, CleanStart: o.cleanStart, KeepAlive: 20,
+		Properties: &paho.ConnectProperties{}}
+	if o.sessionExpiry > 0 {
+		se := o.sessionExpiry
+		cp.Properties.SessionExpiryInterval = &se
+	}
+	if o.receiveMax > 0 {
+		rm := o.receiveMax
+		cp.Properties.ReceiveMaximum = &rm
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.opTimeout)
+	defer cancel()
+	ca, err := c.pc.Connect(cctx, cp)
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("connect %s: %w", o.clientID, err)
+	}
+	c.connack = ca
+	c.heard()
+	go func() {
+		<-c.pc.Done()
+		c.markDead()
+	}()
+	return c, nil
+}
+
+func (c *mconn) heard() { c.lastHeard.Store(c.env.now()) }
+
+func (c *mconn) sessionPresent() bool { return c.connack != nil && c.connack.SessionPresent }
+
+// markDead notes that the connection ended and estimates the earliest moment
+// the broker could have seen it end: when the harness closed it, when the
+// proxy cut it, or else the last moment the broker was heard on it. Any of
+// these is no later than the real moment, so a lease recorded as ending
+// then is never reported ending too late.
+func (c *mconn) markDead() {
+	c.deadOnce.Do(func() {
+		// The earliest of what is known: the harness closing it, the proxy
+		// cutting it (if that came after the broker was last heard).
+		at := int64(math.MaxInt64)
+		if t := c.closedAt.Load(); t != 0 {
+			at = t
+		}
+		if t, ok := c.env.proxy.CutTime(c.local); ok && t >= c.lastHeard.Load() && t < at {
+			at = t
+		}
+		if at == math.MaxInt64 {
+			at = c.lastHeard.Load()
+		}
+		c.dropAt = at
+		close(c.dead)
+	})
+}
+
+func (c *mconn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// close ends the connection cleanly (DISCONNECT 0x00), bounded in time.
+func (c *mconn) close() {
+	c.closedAt.CompareAndSwap(0, c.env.now())
+	_ = c.raw.SetDeadline(time.Now().Add(2 * time.Second))
+	_ = c.pc.Disconnect(&paho.Disconnect{ReasonCode: 0})
+	c.markDead()
+}
+
+// abort drops the connection without a DISCONNECT, as a crashing client does.
+func (c *mconn) abort() {
+	c.closedAt.CompareAndSwap(0, c.env.now())
+	resetConn(c.raw)
+	<-c.pc.Done()
+	c.markDead()
+}
+
+// publish sends a QoS 1 PUBLISH and waits, bounded, for its PUBACK. A nil
+// response means none came: the outcome is unknown (pending).
+func (c *mconn) publish(ctx context.Context, p *paho.Publish) *paho.PublishResponse {
+	pctx, cancel := context.WithTimeout(ctx, c.env.opTimeout)
+	defer cancel()
+	resp, _ := c.pc.Publish(pctx, p)
+	if resp != nil {
+		c.heard()
+	}
+	// paho returns the response with an error for a refusal (reason >=
+	// 0x80); the reason code is what the history records.
+	return resp
+}
+
+// subscribe sends one SUBSCRIBE, bounded, and returns the granted code.
+func (c *mconn) subscribe(ctx context.Context, filter string, qos byte) (byte, error) {
+	sctx, cancel := context.WithTimeout(ctx, c.env.opTimeout)
+	defer cancel()
+	sa, err := c.pc.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: qos}}})
+	if sa != nil && len(sa.Reasons) == 1 {
+		c.heard()
+		return sa.Reasons[0], nil
+	}
+	if err == nil {
+		err = errors.New("SUBACK without one reason code")
+	}
+	return 0, fmt.Errorf("subscribe %s: %w", filter, err)
+}
+
+// userInt reads a decimal User Property.
+func userInt(p *paho.Publish, key string) (int64, bool) {
+	if p.Properties == nil {
+		return 0, false
+	}
+	v := p.Properties.User.Get(key)
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil
+}
+
+func userString(p *paho.Publish, key string) string {
+	if p.Properties == nil {
+		return ""
+	}
+	return p.Properties.User.Get(key)
+}
+
+// sleepCtx sleeps for d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

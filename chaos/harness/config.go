@@ -1,0 +1,107 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Channel names and filters of the configuration the harness runs the broker
+// on. The harness knows the broker only through this file, its binary and the
+// wire (design.md), so everything it checks is named here.
+const (
+	// chanEvents is an append channel with no retention: its floor stays at 1
+	// and every record acknowledged to a publisher must be readable at the end
+	// (invariant 14), so it is the one the "acknowledged record missing" check
+	// and the linearizability model (which assumes no retention) run on.
+	chanEvents = "events"
+	// chanTicks is an append channel whose retention empties it between
+	// bursts: a restart then finds no surviving row, which is where MAX(offset)+1
+	// reissues offsets (invariant 9) and where a recomputed floor goes back
+	// (invariant 1).
+	chanTicks = "ticks"
+	// chanJobs is the queue; its dead letters land in jobs__dlq under
+	// jobs/__dlq/# (RFC 0002: the derived filter).
+	chanJobs = "jobs"
+
+	topicEvents    = "events/"
+	topicTicks     = "ticks/"
+	topicJobs      = "jobs/"
+	filterEvents   = "events/#"
+	filterTicks    = "ticks/#"
+	filterDLQ      = "jobs/__dlq/#"
+	topicQueue     = "$saguin/queue/" + chanJobs
+	ticksRetention = time.Second
+)
+
+// brokerConfig is what the harness varies in the broker's configuration.
+type brokerConfig struct {
+	provider          string // "sqlite" | "memory"
+	dataDir           string // where the provider keeps its files (the FUSE mount for power cuts)
+	visibilityTimeout time.Duration
+	maxAttempts       int
+}
+
+// seekReplyTopic is where the harness asks seek replies to go: a plain topic
+// nobody publishes to, so a reply is never confused with a record.
+const seekReplyTopic = "chaos/seek-reply"
+
+// render writes the YAML. Durations are whole milliseconds, which the broker's
+// duration syntax accepts.
+func (c brokerConfig) render() (string, error) {
+	var provider string
+	switch c.provider {
+	case ProviderSQLite:
+		provider = fmt.Sprintf("        type: sqlite\n        file_path: %q\n", filepath.Join(c.dataDir, "saguin.db"))
+	case ProviderMemory:
+		provider = fmt.Sprintf("        type: memory\n        snapshot_dir: %q\n", filepath.Join(c.dataDir, "snapshots"))
+	default:
+		return "", fmt.Errorf("unknown provider %q (want %s or %s)", c.provider, ProviderSQLite, ProviderMemory)
+	}
+	var b strings.Builder
+	b.WriteString(`# Written by the chaos harness (saguin.dev/chaos/harness).
+broker:
+  id: chaos
+  log_level: info
+  mqtt:
+    listen:
+      tcp:
+        address: "127.0.0.1:0"
+  storage:
+    default: main
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      main:
+`)
+	b.WriteString(provider)
+	fmt.Fprintf(&b, `channels:
+  %s:
+    type: append
+    filter: %q
+  %s:
+    type: append
+    filter: %q
+    retention_period: %dms
+  %s:
+    type: queue
+    filter: "%s#"
+    visibility_timeout: %dms
+    retry:
+      max_attempts: %d
+`, chanEvents, filterEvents, chanTicks, filterTicks, ticksRetention.Milliseconds(),
+		chanJobs, topicJobs, c.visibilityTimeout.Milliseconds(), c.maxAttempts)
+	return b.String(), nil
+}
+
+// prepareDataDir creates what the provider expects to exist.
+func (c brokerConfig) prepareDataDir() error {
+	if c.provider == ProviderMemory {
+		if err := os.MkdirAll(filepath.Join(c.dataDir, "snapshots"), 0o700); err != nil {
+			return fmt.Errorf("create snapshot dir: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"log"
+
+	"saguin.dev/chaos/faultfs"
+)
+
+// disk is the broker's data directory served through faultfs, so a power cut
+// can drop everything the broker wrote and did not sync (invariant 14).
+type disk struct {
+	backing, mount string
+	logger         *log.Logger
+	fs             *faultfs.FS
+	cuts           []faultfs.CutStats
+}
+
+func mountDisk(backing, mount string, logTo io.Writer) (*disk, error) {
+	d := &disk{backing: backing, mount: mount, logger: log.New(logTo, "faultfs: ", log.LstdFlags|log.Lmicroseconds)}
+	fs, err := faultfs.Mount(backing, mount, faultfs.Options{Logger: d.logger})
+	if err != nil {
+		return nil, fmt.Errorf("mount faultfs %s on %s: %w", backing, mount, err)
+	}
+	d.fs = fs
+	return d, nil
+}
+
+// remount detaches the cut filesystem and mounts the backing directory again:
+// the old mount's kernel page cache still holds the data the cut dropped
+// (design.md), so the broker must not restart on it.
+func (d *disk) remount() error {
+	d.cuts = append(d.cuts, d.fs.Stats().Cut)
+	if err := d.fs.Unmount(); err != nil {
+		return fmt.Errorf("unmount after power cut: %w", err)
+	}
+	fs, err := faultfs.Mount(d.backing, d.mount, faultfs.Options{Logger: d.logger})
+	if err != nil {
+		return fmt.Errorf("remount after power cut: %w", err)
+	}
+	d.fs = fs
+	return nil
+}
+
+func (d *disk) unmount() error {
+	if err := d.fs.Unmount(); err != nil {
+		return fmt.Errorf("unmount faultfs: %w", err)
+	}
+	return nil
+}
