@@ -103,26 +103,36 @@ type durKey struct {
 	rangeFix  string        // problem when outside [min, max]
 }
 
-// duration reads a duration key. none=true means the literal none.
-func (l *loader) duration(v val, k durKey) (d time.Duration, none bool, ok bool) {
-	want := "a duration like 30s"
-	if k.none {
+// scalarOrNone reads a scalar that is either the literal none (reported as
+// none=true where allowed, refused with noneFix otherwise) or a value of the
+// kind example describes, which the caller parses.
+func (l *loader) scalarOrNone(v val, example string, allowNone bool, noneFix string) (s string, none, ok bool) {
+	want := example
+	if allowNone {
 		want += " or none"
 	}
-	s, ok := l.scalar(v, want)
+	s, ok = l.scalar(v, want)
 	if !ok {
-		return 0, false, false
+		return "", false, false
 	}
-	if s == "none" {
-		if k.none {
-			return 0, true, true
-		}
-		fix := k.noneFix
-		if fix == "" {
-			fix = "none is not accepted here; write a duration like 30s"
-		}
-		l.add(v, "%s", fix)
-		return 0, false, false
+	if s != "none" {
+		return s, false, true
+	}
+	if allowNone {
+		return "", true, true
+	}
+	if noneFix == "" {
+		noneFix = "none is not accepted here; write " + example
+	}
+	l.add(v, "%s", noneFix)
+	return "", false, false
+}
+
+// duration reads a duration key. none=true means the literal none.
+func (l *loader) duration(v val, k durKey) (d time.Duration, none bool, ok bool) {
+	s, none, ok := l.scalarOrNone(v, "a duration like 30s", k.none, k.noneFix)
+	if !ok || none {
+		return 0, none, ok
 	}
 	d, err := ParseDuration(s)
 	if err != nil {
@@ -165,24 +175,9 @@ type sizeKey struct {
 }
 
 func (l *loader) size(v val, k sizeKey) (n int64, none bool, ok bool) {
-	want := "a size like 64MiB"
-	if k.none {
-		want += " or none"
-	}
-	s, ok := l.scalar(v, want)
-	if !ok {
-		return 0, false, false
-	}
-	if s == "none" {
-		if k.none {
-			return 0, true, true
-		}
-		fix := k.noneFix
-		if fix == "" {
-			fix = "none is not accepted here; write a size like 64MiB"
-		}
-		l.add(v, "%s", fix)
-		return 0, false, false
+	s, none, ok := l.scalarOrNone(v, "a size like 64MiB", k.none, k.noneFix)
+	if !ok || none {
+		return 0, none, ok
 	}
 	n, err := ParseBytes(s)
 	if err != nil {
