@@ -311,10 +311,17 @@ func (b *Broker) Close() error {
 			// disconnect it leaves the socket to the client) and then waits
 			// for every connection to end: a client that never answers would
 			// hold the shutdown for its keepalive. Sagüin closes them.
-			for _, cl := range b.mqtt.Clients.GetAll() {
-				_ = b.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
-				cl.Stop(packets.ErrServerShuttingDown)
+			//
+			// Each substrate listener is ended first with Sagüin's own closer:
+			// the substrate's closer lists clients with a read lock taken
+			// twice (Clients.GetByListener calls Len under RLock), so a
+			// client detaching at that moment queues a writer between the
+			// two and the shutdown hangs for ever. A listener runs its closer
+			// only once, so Server.Close below no longer calls that one.
+			for _, l := range b.cfg.Broker.Listeners {
+				b.mqtt.Listeners.Close(l.Name, b.stopListenerClients)
 			}
+			b.stopListenerClients("")
 			_ = b.mqtt.Close()
 		}
 		b.cancel()
@@ -332,6 +339,18 @@ func (b *Broker) Close() error {
 		err = b.closeProviders()
 	})
 	return err
+}
+
+// stopListenerClients disconnects and stops every client (of every
+// listener: the name is ignored), taking the substrate's client-map lock once.
+func (b *Broker) stopListenerClients(string) {
+	for _, cl := range b.mqtt.Clients.GetAll() {
+		if cl.Closed() {
+			continue
+		}
+		_ = b.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		cl.Stop(packets.ErrServerShuttingDown)
+	}
 }
 
 func (b *Broker) closeProviders() error {
