@@ -308,7 +308,11 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 		}
 		s.mu.Unlock()
 	}
-	s.stopPumps(nil)
+	// The pumps' unacknowledged deliveries leave the connection's in-flight
+	// table here, with the pumps: the teardown that follows finds no packet
+	// ids left to remove, and whatever stayed would be resent (DUP) by the
+	// substrate on resume next to the pump's own copy from the position.
+	s.stopPumps(cl)
 	b.flushSession(s, true)
 }
 

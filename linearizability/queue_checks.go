@@ -70,7 +70,12 @@ func CheckQueueResolution(ops []Op) ([]Violation, error) {
 		case OpQueueDeadLetter:
 			get(k).dead = true
 		case OpQueueAnswer:
-			if e.Input.Result == ResultAck && !e.pending && Succeeded(e.Output.Reason) {
+			// An ack whose PUBACK never came (the broker stopped, the link
+			// was cut) may have applied: if it did not, the drain offers
+			// the job again and that later delivery is the last one. So a
+			// pending ack of the last delivery resolves it; one the broker
+			// refused does not.
+			if e.Input.Result == ResultAck && (e.pending || Succeeded(e.Output.Reason)) {
 				get(k).acks = append(get(k).acks, e)
 			}
 		}

@@ -230,11 +230,22 @@ func TestQueueResolutionChecker(t *testing.T) {
 	h.qleaseEnd(100, "stale", "d2", CauseTimeout, 41)
 	h.qdeliver(101, "stale", 42, 3, 2, "d3")
 	h.qanswer(100, "stale", "d2", ResultAck, 43, 44)
+	// An ack of the last delivery whose PUBACK never came resolves the job:
+	// had it not applied, the drain would have offered the job again.
+	h.qpub(1, "ackpending", 15, 25, 0)
+	h.qdeliver(102, "ackpending", 50, 6, 1, "d4")
+	h.qanswer(102, "ackpending", "d4", ResultAck, 51, Pending)
+	// A pending ack of a superseded delivery resolves nothing.
+	h.qpub(1, "stalepending", 16, 26, 0)
+	h.qdeliver(103, "stalepending", 60, 7, 1, "d5")
+	h.qleaseEnd(103, "stalepending", "d5", CauseTimeout, 61)
+	h.qdeliver(104, "stalepending", 62, 7, 2, "d6")
+	h.qanswer(103, "stalepending", "d5", ResultAck, 63, Pending)
 	vs, err := CheckQueueResolution(h.ops)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := checks(vs); !slices.Equal(got, []string{"queue-offered", "queue-resolved", "queue-resolved"}) {
+	if got := checks(vs); !slices.Equal(got, []string{"queue-offered", "queue-resolved", "queue-resolved", "queue-resolved"}) {
 		t.Fatalf("violations = %v", vs)
 	}
 	// Through Check, with and without the option.

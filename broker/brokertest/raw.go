@@ -80,6 +80,12 @@ func (c *RawClient) Read() packets.Packet {
 	return pk
 }
 
+// ReadWithin reads the next packet, or returns the error (a timeout when
+// nothing came within d).
+func (c *RawClient) ReadWithin(d time.Duration) (packets.Packet, error) {
+	return c.read(d)
+}
+
 func (c *RawClient) read(timeout time.Duration) (packets.Packet, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(timeout))
 	var pk packets.Packet

@@ -158,6 +158,37 @@ func (p *Provider) writeFile(name string, data []byte) (err error) {
 	return os.Rename(tmp, final)
 }
 
+// mkdirDurable creates dir and any missing parents, syncing each parent
+// after the entry is made. A directory created without that sync can vanish
+// in a power cut while the snapshots later written into it are synced, and
+// the next start would then create it again and begin empty — a lost store
+// that looks like a fresh install (invariant 14). The chaos harness's power
+// cuts found it.
+func mkdirDurable(dir string) error {
+	dir = filepath.Clean(dir)
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirDurable(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return err
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	return syncDir(parent)
+}
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -236,7 +267,7 @@ func (u *unit) encode(writer string, at time.Time) []byte {
 // damaged, truncated or wrong-version file is an error naming it: never an
 // empty start (invariant 14). Manifest disagreements are warnings.
 func (p *Provider) load() error {
-	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+	if err := mkdirDurable(p.dir); err != nil {
 		return p.fileErr(p.dir, err)
 	}
 	if err := p.takeLock(); err != nil {
