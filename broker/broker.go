@@ -36,6 +36,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Build is the build revision written into snapshot headers.
 	Build string
+	// SQLiteFaults are handed to every sqlite provider: set only by a
+	// fault-injection build for the chaos negative controls
+	// (broker/internal/faults); nil in production.
+	SQLiteFaults *sqlite.Faults
 }
 
 // Broker is one running Sagüin.
@@ -45,6 +49,8 @@ type Broker struct {
 	log   *slog.Logger
 	build string
 
+	sqliteFaults *sqlite.Faults // Options.SQLiteFaults
+
 	mqtt      *mqtt.Server
 	providers map[string]storage.Provider
 	channels  map[string]*channel
@@ -52,6 +58,8 @@ type Broker struct {
 	engines   map[string]*queueEngine // by queue name
 	resolver  *topic.Resolver
 	retained  storage.ValueStore // broadcast retained values (broker.retained)
+	// sessionStore holds durable sessions (broker.session.storage).
+	sessionStore storage.ValueStore
 	ids       msgid.Generator
 	listeners []net.Listener
 
@@ -82,7 +90,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		channels:  make(map[string]*channel),
 		sessions:  make(map[string]*session),
 		engines:   make(map[string]*queueEngine),
-		ctx:       ctx, cancel: cancel,
+		ctx:       ctx, cancel: cancel, sqliteFaults: opts.SQLiteFaults,
 	}
 	defer func() {
 		if err != nil {
@@ -94,6 +102,9 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		return nil, err
 	}
 	if err := b.openRetained(); err != nil {
+		return nil, err
+	}
+	if err := b.openSessions(); err != nil {
 		return nil, err
 	}
 	b.mqtt = b.newServer()
@@ -181,7 +192,7 @@ func (b *Broker) provider(name string) (storage.Provider, error) {
 		p, err = sqlite.Open(sqlite.Options{Name: name, FilePath: pc.FilePath, MaxBytes: pc.MaxBytes,
 			Reserve: reserve, FlushInterval: pc.FlushInterval, PublishCommitInterval: pc.PublishCommitInterval,
 			PublishCommitNone: pc.PublishCommitNone, PublishCommitMaxRecords: pc.PublishCommitMaxRecords,
-			ReadConnections: pc.ReadConnections, Now: b.clock.Now, Writer: b.build})
+			ReadConnections: pc.ReadConnections, Now: b.clock.Now, Writer: b.build, Faults: b.sqliteFaults})
 	default:
 		err = fmt.Errorf("unknown type %q", pc.Type)
 	}
@@ -242,6 +253,11 @@ func (b *Broker) newServer() *mqtt.Server {
 func (b *Broker) Start() error {
 	b.sweepAge()
 	b.sweepSize()
+	// Sessions come back before anything listens: a CONNECT must find its
+	// session (Session Present 1) or know it is gone.
+	if err := b.restoreSessions(); err != nil {
+		return err
+	}
 	for _, l := range b.cfg.Broker.Listeners {
 		var ln net.Listener
 		var err error

@@ -246,9 +246,11 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 			b.endSession(cl.ID, s)
 			s = nil
 		}
-	} else if pk.Connect.Clean {
-		// No session held in memory, but positions a previous run stored may
-		// be: a new session inherits nothing.
+	} else {
+		// No session held (stored sessions were restored at start), so this
+		// CONNECT is answered Session Present 0 whatever its Clean Start:
+		// positions left without a session — a crash between the two
+		// writes — are not served to a session told it is new (invariant 18).
 		b.dropPositions(cl.ID)
 	}
 	if s == nil {
@@ -261,8 +263,29 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 	s.mu.Lock()
 	s.cl = cl
 	s.expiry = exp
+	wasDurable := s.durable
 	s.durable = exp > 0
 	s.mu.Unlock()
+	if exp == 0 {
+		if wasDurable {
+			// The session now ends with this connection: a restart must
+			// not bring it back (RFC 0003 §8).
+			b.forgetSession(cl.ID)
+		}
+		return
+	}
+	// invariant 18: the session this CONNACK describes is stored first —
+	// its expiry, and the subscriptions it resumes with, which the
+	// substrate copies into the new connection only after this hook.
+	var subs []packets.Subscription
+	if !pk.Connect.Clean {
+		if existing, ok := b.mqtt.Clients.Get(cl.ID); ok && existing != cl {
+			subs = subscriptionsOf(existing)
+		}
+	}
+	if err := b.storeSession(s, cl.Properties.ProtocolVersion, subs, time.Time{}); err != nil {
+		b.log.Error("storing a session at CONNECT", "client", cl.ID, "error", err)
+	}
 }
 
 // connectionEnded: the connection is gone. Its pumps stop and its positions
@@ -287,6 +310,12 @@ func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
 	b.flushSession(s, true)
 	if expire {
 		b.endSession(cl.ID, s)
+		return
+	}
+	// The session is away from now: its expiry runs from this moment, and
+	// a restart counts it from here too.
+	if err := b.storeSessionOf(s, cl, b.clock.Now()); err != nil {
+		b.log.Error("storing a session at disconnect", "client", cl.ID, "error", err)
 	}
 }
 
@@ -307,6 +336,11 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 			s.expiry = d
 		}
 		s.mu.Unlock()
+	}
+	// invariant 18: what the DISCONNECT changed (its expiry) is stored
+	// before the close that answers it.
+	if err := b.storeSessionOf(s, cl, b.clock.Now()); err != nil {
+		b.log.Error("storing a session at DISCONNECT", "client", cl.ID, "error", err)
 	}
 	// The pumps' unacknowledged deliveries leave the connection's in-flight
 	// table here, with the pumps: the teardown that follows finds no packet
@@ -331,6 +365,7 @@ func (b *Broker) endSession(id string, s *session) {
 		b.returnJobs(s, nil)
 	}
 	b.dropPositions(id)
+	b.forgetSession(id)
 }
 
 func (b *Broker) dropPositions(id string) {

@@ -103,12 +103,18 @@ func (s *session) stopPumps(cl *mqtt.Client) {
 	for _, c := range s.consumers {
 		cons = append(cons, c)
 	}
-	pids := s.pids
-	s.pids = make(map[uint16]ackTarget)
 	s.mu.Unlock()
+	// The pumps stop first: one still running could take a packet id after
+	// the table below was taken, and its delivery would stay in the
+	// connection's in-flight table — resent (DUP) by the substrate to a
+	// resuming connection next to the pump's own copy from the position.
 	for _, c := range cons {
 		c.stop()
 	}
+	s.mu.Lock()
+	pids := s.pids
+	s.pids = make(map[uint16]ackTarget)
+	s.mu.Unlock()
 	if cl != nil {
 		for pid, target := range pids {
 			if _, isConsumer := target.(*consumer); !isConsumer {

@@ -40,8 +40,12 @@ func TestInvariant18_CleanDisconnectStoresPositionBeforeTheClose(t *testing.T) {
 	proc.Kill()
 	proc.Restart()
 
-	c, _ = brokertest.DialRaw(t, proc.Address(), "reader", false, 3600)
-	c.Subscribe(1, "events/#", 1)
+	// The session survived the kill (Session Present 1) with its
+	// subscription: the consumer resumes without subscribing again.
+	c, connack := brokertest.DialRaw(t, proc.Address(), "reader", false, 3600)
+	if !connack.SessionPresent {
+		t.Fatal("the durable session did not survive the kill")
+	}
 	for {
 		pk := c.Read()
 		if pk.FixedHeader.Type == packets.Publish {

@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -71,6 +73,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		existed bool
 	}
 	var retained []retainedPass
+	granted := make([]packets.Subscription, 0, len(pk.Filters))
 	for i, f := range pk.Filters {
 		code := packetCode
 		if code == 0 {
@@ -88,7 +91,29 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 			f.Identifier = pk.Properties.SubscriptionIdentifier[0]
 		}
 		codes[i] = f.Qos
-
+		granted = append(granted, f)
+	}
+	// invariant 18: a durable session's subscriptions are stored before the
+	// SUBACK grants them; a store that refuses refuses the filters.
+	if s != nil && len(granted) > 0 {
+		if err := b.storeSession(s, cl.Properties.ProtocolVersion, withSubscriptions(cl, granted), time.Time{}); err != nil {
+			b.log.Error("SUBSCRIBE refused: the session could not be stored", "client", cl.ID, "error", err)
+			refusal := byte(subackImplementation)
+			if errors.Is(err, storage.ErrFull) {
+				refusal = subackQuotaExceeded
+			}
+			if !v5 {
+				refusal = subackV3Failure
+			}
+			for i, c := range codes {
+				if c < 0x80 {
+					codes[i] = refusal
+				}
+			}
+			granted = granted[:0]
+		}
+	}
+	for _, f := range granted {
 		if strings.HasPrefix(f.Filter, "$saguin/") {
 			// The queue form and the seek reply topic. Registered with the
 			// substrate only so that UNSUBSCRIBE finds them; nothing is ever
@@ -133,6 +158,21 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		c.start(cl)
 	}
 	return handled, nil
+}
+
+// withSubscriptions is cl's subscription set with granted added (replacing
+// any of the same filter, as MQTT 5 §3.8.4 says a repeat does).
+func withSubscriptions(cl *mqtt.Client, granted []packets.Subscription) []packets.Subscription {
+	byFilter := cl.State.Subscriptions.GetAll()
+	for _, f := range granted {
+		byFilter[f.Filter] = f
+	}
+	out := make([]packets.Subscription, 0, len(byFilter))
+	for _, f := range byFilter {
+		out = append(out, f)
+	}
+	sortSubscriptions(out)
+	return out
 }
 
 // filterCode decides one filter: the granted QoS, or the refusal RFC 0002
@@ -358,6 +398,11 @@ func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
 		}
 	}
 	s.mu.Unlock()
+	// The substrate has removed the filters and writes the UNSUBACK after
+	// this hook: the stored session loses them first.
+	if err := b.storeSessionOf(s, cl, time.Time{}); err != nil {
+		b.log.Error("storing a session at UNSUBSCRIBE", "client", cl.ID, "error", err)
+	}
 	for _, q := range leftQueues {
 		q.removeWorker(s, cl)
 	}

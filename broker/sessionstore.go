@@ -1,0 +1,277 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/storage"
+)
+
+// sessionStoreName is the value store durable sessions live in, one value per
+// client id, on the provider broker.session.storage names.
+const sessionStoreName = "$saguin/sessions"
+
+// sessionFormat is the version of a stored session's JSON. A record of any
+// other version is a start-up error naming the client: never silently
+// dropped (invariant 14's rule for a snapshot applies to what it holds).
+const sessionFormat = 1
+
+// maxStoredSubscriptions bounds what one stored session may hold, so a
+// damaged or hostile record cannot make a start allocate without limit
+// (invariant 13).
+const maxStoredSubscriptions = 10000
+
+// storedSession is what survives of a durable session (one whose Session
+// Expiry Interval outlives its connection): enough for a CONNECT with Clean
+// Start 0 after a restart to be answered Session Present 1 and served as
+// before. Positions are stored by each channel's log, not here.
+type storedSession struct {
+	Format   int   `json:"format"`
+	Protocol byte  `json:"protocol"`
+	Expiry   int64 `json:"expiry_s"` // granted, capped by limits.max_session_expiry
+	// LastSeen is when the session's last connection ended (Unix ns); zero
+	// while connected. A session found connected at start ended when the
+	// broker stopped, which its start stands in for.
+	LastSeen      int64             `json:"last_seen,omitempty"`
+	Subscriptions []storedSubscribe `json:"subscriptions"`
+}
+
+type storedSubscribe struct {
+	Filter            string `json:"filter"`
+	QoS               byte   `json:"qos"`
+	Identifier        int    `json:"id,omitempty"`
+	NoLocal           bool   `json:"no_local,omitempty"`
+	RetainAsPublished bool   `json:"rap,omitempty"`
+	RetainHandling    byte   `json:"rh,omitempty"`
+}
+
+func (b *Broker) openSessions() error {
+	name := b.cfg.Broker.Session.Storage
+	if name == "" {
+		name = b.cfg.Broker.DefaultProvider
+	}
+	p, err := b.provider(name)
+	if err != nil {
+		return err
+	}
+	if b.sessionStore, err = p.Values(sessionStoreName); err != nil {
+		return fmt.Errorf("session store on provider %s: %w", name, err)
+	}
+	return nil
+}
+
+// storeSession writes the session's record: its expiry and subscriptions
+// (subs, the connection's whole subscription set). invariant 18: the caller
+// does this before telling the client what it records (a SUBACK, the close
+// answering a DISCONNECT).
+func (b *Broker) storeSession(s *session, protocol byte, subs []packets.Subscription, lastSeen time.Time) error {
+	s.mu.Lock()
+	durable, expiry := s.durable, s.expiry
+	s.mu.Unlock()
+	if !durable {
+		return nil
+	}
+	rec := storedSession{Format: sessionFormat, Protocol: protocol, Expiry: int64(expiry / time.Second)}
+	if !lastSeen.IsZero() {
+		rec.LastSeen = lastSeen.UnixNano()
+	}
+	for _, f := range subs {
+		rec.Subscriptions = append(rec.Subscriptions, storedSubscribe{
+			Filter: f.Filter, QoS: f.Qos, Identifier: f.Identifier, NoLocal: f.NoLocal,
+			RetainAsPublished: f.RetainAsPublished, RetainHandling: f.RetainHandling,
+		})
+	}
+	payload, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = b.sessionStore.Put(storage.Record{Topic: s.id, Payload: payload, Timestamp: b.clock.Now()})
+	if err != nil {
+		return fmt.Errorf("storing session %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// storeSessionOf stores the session as the connection cl now holds it.
+func (b *Broker) storeSessionOf(s *session, cl *mqtt.Client, lastSeen time.Time) error {
+	return b.storeSession(s, cl.Properties.ProtocolVersion, subscriptionsOf(cl), lastSeen)
+}
+
+// subscriptionsOf lists a connection's subscriptions in a stable order.
+func subscriptionsOf(cl *mqtt.Client) []packets.Subscription {
+	all := cl.State.Subscriptions.GetAll()
+	out := make([]packets.Subscription, 0, len(all))
+	for _, f := range all {
+		out = append(out, f)
+	}
+	sortSubscriptions(out)
+	return out
+}
+
+func sortSubscriptions(subs []packets.Subscription) {
+	slices.SortFunc(subs, func(a, b packets.Subscription) int { return strings.Compare(a.Filter, b.Filter) })
+}
+
+// forgetSession removes a session's record (the session ended).
+func (b *Broker) forgetSession(id string) {
+	if b.sessionStore == nil {
+		return
+	}
+	if _, err := b.sessionStore.Remove(id); err != nil {
+		b.log.Error("removing a stored session", "client", id, "error", err)
+	}
+}
+
+// restoreSessions brings back every stored durable session before the
+// listeners open (step 5, RFC 0003 §8): a session whose expiry passed while
+// the broker was stopped, or that holds a subscription this configuration
+// refuses, ends here with its positions; the rest wait for their client as
+// sessions that are away, so its CONNECT with Clean Start 0 is answered
+// Session Present 1 and its consumers resume from their stored positions.
+// invariant 15: nothing in flight comes back — only subscriptions.
+func (b *Broker) restoreSessions() error {
+	now := b.clock.Now()
+	var recs []storage.Record
+	if err := b.sessionStore.Scan(func(r storage.Record) bool {
+		recs = append(recs, r)
+		return true
+	}); err != nil {
+		return fmt.Errorf("reading stored sessions: %w", err)
+	}
+	restored, ended := 0, 0
+	for _, r := range recs {
+		var st storedSession
+		if err := json.Unmarshal(r.Payload, &st); err != nil {
+			return fmt.Errorf("stored session of client %q: %w", r.Topic, err)
+		}
+		if st.Format != sessionFormat {
+			return fmt.Errorf("stored session of client %q: format %d, this broker reads %d", r.Topic, st.Format, sessionFormat)
+		}
+		if len(st.Subscriptions) > maxStoredSubscriptions {
+			return fmt.Errorf("stored session of client %q: %d subscriptions, more than %d", r.Topic, len(st.Subscriptions), maxStoredSubscriptions)
+		}
+		lastSeen := now // connected when the broker stopped
+		if st.LastSeen != 0 {
+			lastSeen = time.Unix(0, st.LastSeen)
+		}
+		expiry := time.Duration(st.Expiry) * time.Second
+		if expiry > b.cfg.Broker.Limits.MaxSessionExpiry {
+			expiry = b.cfg.Broker.Limits.MaxSessionExpiry
+		}
+		remaining := expiry - now.Sub(lastSeen)
+		if remaining <= 0 {
+			b.log.Info("session expired while the broker was stopped: ended", "client", r.Topic)
+			b.endStoredSession(r.Topic)
+			ended++
+			continue
+		}
+		if reason := b.refusedOnRestore(st); reason != "" {
+			b.log.Warn("stored session holds a subscription this configuration refuses: ended",
+				"client", r.Topic, "reason", reason)
+			b.endStoredSession(r.Topic)
+			ended++
+			continue
+		}
+		b.restoreSession(r.Topic, st, expiry, remaining)
+		restored++
+	}
+	if restored+ended > 0 {
+		b.log.Info("stored sessions", "restored", restored, "ended", ended)
+	}
+	return nil
+}
+
+func (b *Broker) endStoredSession(id string) {
+	b.dropPositions(id)
+	b.forgetSession(id)
+}
+
+// refusedOnRestore checks a stored session's filters against this
+// configuration, as a SUBSCRIBE would be: a filter now refused (a queue
+// removed, a filter now inside a queue) ends the session rather than serve
+// it something other than it was granted.
+func (b *Broker) refusedOnRestore(st storedSession) string {
+	probe := b.mqtt.NewClient(nil, "restore", "", false)
+	probe.Properties.ProtocolVersion = st.Protocol
+	for _, f := range st.Subscriptions {
+		sub := packets.Subscription{Filter: f.Filter, Qos: f.QoS, NoLocal: f.NoLocal}
+		if code := b.filterCode(probe, sub); code >= 0x80 {
+			return fmt.Sprintf("filter %q answered 0x%02X", f.Filter, code)
+		}
+	}
+	return ""
+}
+
+// restoreSession registers one stored session as away: Sagüin's half (its
+// consumers at their stored positions, its queue registrations) and the
+// substrate's (a disconnected client holding the subscriptions, which a
+// resuming CONNECT inherits and the substrate expires when remaining has
+// passed).
+func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining time.Duration) {
+	s := newSession(id)
+	s.durable, s.expiry = true, expiry
+
+	cl := b.mqtt.NewClient(nil, "restore", id, false)
+	cl.Properties.ProtocolVersion = st.Protocol
+	cl.Properties.Props.SessionExpiryInterval = uint32((remaining + time.Second - 1) / time.Second)
+	cl.Properties.Props.SessionExpiryIntervalFlag = true
+	cl.Stop(packets.ErrServerShuttingDown) // away: the substrate's expiry clock starts now
+
+	for _, f := range st.Subscriptions {
+		sub := packets.Subscription{Filter: f.Filter, Qos: f.QoS, Identifier: f.Identifier, NoLocal: f.NoLocal,
+			RetainAsPublished: f.RetainAsPublished, RetainHandling: f.RetainHandling}
+		b.mqtt.Topics.Subscribe(id, sub)
+		cl.State.Subscriptions.Add(sub.Filter, sub)
+		if name, ok := strings.CutPrefix(sub.Filter, "$saguin/queue/"); ok {
+			s.queues[name] = true
+			continue
+		}
+		if strings.HasPrefix(sub.Filter, "$saguin/") || strings.HasPrefix(sub.Filter, "$share/") {
+			continue
+		}
+		b.restoreChannelSubscription(s, sub)
+	}
+	b.mqtt.Clients.Add(cl)
+	b.mu.Lock()
+	b.sessions[id] = s
+	b.mu.Unlock()
+}
+
+// restoreChannelSubscription gives a restored filter its consumers, each at
+// its stored position (or where a reader with none starts: invariant 1).
+func (b *Broker) restoreChannelSubscription(s *session, f packets.Subscription) {
+	reached := b.resolver.Reaching(f.Filter)
+	var logs []*channel
+	for _, name := range reached {
+		if ch := b.channels[name]; ch != nil && ch.log != nil {
+			logs = append(logs, ch)
+		}
+	}
+	if len(logs) == 0 {
+		return
+	}
+	s.subs[f.Filter] = subscription{
+		filter: f.Filter, qos: f.Qos, identifier: f.Identifier, noLocal: f.NoLocal,
+		retainAsPublished: f.RetainAsPublished, retainHandling: f.RetainHandling,
+		multiChannel: len(reached) > 1,
+	}
+	for _, ch := range logs {
+		if s.consumers[ch.name] != nil {
+			continue
+		}
+		// Retain Handling 2 acted when the subscription was made; a restart
+		// does not make it new again.
+		start, err := b.startingPosition(s, ch, true, false)
+		if err != nil {
+			b.log.Error("reading a stored position", "client", s.id, "channel", ch.name, "error", err)
+			start = ch.log.Next()
+		}
+		s.consumers[ch.name] = newConsumer(b, s, ch, start)
+	}
+}
