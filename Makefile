@@ -6,7 +6,7 @@ REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo devel)
 BIN := bin/saguin
 MODULES := storage broker examples
 
-.PHONY: build run test test-go vet bench invariants chaos-short chaos conformance clean
+.PHONY: build run test test-go vet bench invariants chaos-bin chaos-short chaos conformance clean
 
 build:
 	@mkdir -p bin
@@ -23,32 +23,42 @@ vet:
 # Every module's tests. -count=1: never report a cached pass for a broker
 # that talks to real sockets.
 # linearizability runs its -short set here (its long property runs are for
-# make chaos); chaos runs the power-cut filesystem's tests (FUSE, as root).
+# make chaos); chaos runs the power-cut filesystem's tests (FUSE, as root),
+# the harness's short campaigns with every negative control, and then
+# chaos-short: seeded campaigns against the real binary.
 test: vet
 	@set -o pipefail; for m in $(MODULES); do \
 	  echo "== $$m"; (cd $$m && $(GO) test -count=1 -timeout 20m ./...) || exit 1; \
 	done
 	@echo "== linearizability"; cd linearizability && $(GO) test -count=1 -short -timeout 10m ./...
-	@echo "== chaos/faultfs"; cd chaos && $(GO) test -count=1 -timeout 10m ./faultfs/
+	@echo "== chaos (faultfs, harness, negative controls)"; cd chaos && $(GO) test -count=1 -short -timeout 20m ./...
+	@$(MAKE) --no-print-directory chaos-short
 
 bench: build
 	cd broker && $(GO) run ./cmd/saguin-bench
 
-# Chaos campaigns (Step 3, not yet part of make test: the harness has found
-# timing-dependent broker findings that must be fixed first; see
-# rfcs/chaos-harness.md). Needs root, /dev/fuse and fuse3 for power cuts.
-CHAOS_WAIVE ?= resume-new-session,append-duplicate
+# Chaos campaigns (rfcs/chaos-harness.md). Needs root, /dev/fuse and fuse3
+# for power cuts. chaos-short is part of make test: 35 cycles on sqlite
+# (nemeses dealt in rounds of kill x2, powercut x2, term, stop, cut: exactly
+# 10 kills and 10 power cuts) and 12 on memory. CHAOS_WAIVE names checks
+# whose findings are a documented broker gap (printed as waived, never
+# hidden); none is waived today.
+CHAOS_WAIVE ?=
 CHAOS_SEED ?= 1
 DURATION ?= 1h
-chaos-short:
-	cd chaos && $(GO) run ./cmd/chaos -q -seed $(CHAOS_SEED) -cycles 35 -provider sqlite \
-	  -nemeses kill=2,powercut=2,term,stop,cut -waive $(CHAOS_WAIVE) -out $(CURDIR)/bin/chaos-short
-	cd chaos && $(GO) run ./cmd/chaos -q -seed $(CHAOS_SEED) -cycles 12 -provider memory \
-	  -nemeses kill,powercut,term,stop,cut -waive $(CHAOS_WAIVE) -out $(CURDIR)/bin/chaos-short
+CHAOS_BIN := bin/chaos
+chaos-bin: build
+	cd chaos && $(GO) build -o ../$(CHAOS_BIN) ./cmd/chaos
 
-chaos:
-	cd chaos && $(GO) run ./cmd/chaos -duration $(DURATION) -provider sqlite,memory \
-	  -nemeses kill=2,powercut=2,term,stop,cut -waive $(CHAOS_WAIVE) -out $(CURDIR)/bin/chaos
+chaos-short: chaos-bin
+	./$(CHAOS_BIN) -q -binary $(BIN) -seed $(CHAOS_SEED) -cycles 35 -provider sqlite \
+	  -nemeses kill=2,powercut=2,term,stop,cut -waive "$(CHAOS_WAIVE)" -out $(CURDIR)/bin/chaos-short
+	./$(CHAOS_BIN) -q -binary $(BIN) -seed $(CHAOS_SEED) -cycles 12 -provider memory \
+	  -nemeses kill,powercut,term,stop,cut -waive "$(CHAOS_WAIVE)" -out $(CURDIR)/bin/chaos-short
+
+chaos: chaos-bin
+	./$(CHAOS_BIN) -binary $(BIN) -seed $(CHAOS_SEED) -duration $(DURATION) -provider sqlite,memory \
+	  -nemeses kill=2,powercut=2,term,stop,cut -waive "$(CHAOS_WAIVE)" -out $(CURDIR)/bin/chaos
 
 invariants:
 	@bash scripts/invariants.sh

@@ -57,6 +57,14 @@ func (c *RawClient) send(pk packets.Packet, enc func(*packets.Packet, *bytes.Buf
 	}
 }
 
+// SendSubscribe writes one SUBSCRIBE and returns without reading, so a test
+// can assert the order of what follows (the SUBACK first).
+func (c *RawClient) SendSubscribe(id uint16, subs ...packets.Subscription) {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 5,
+		PacketID: id, Filters: subs}, (*packets.Packet).SubscribeEncode)
+}
+
 // Subscribe sends one SUBSCRIBE and returns its SUBACK.
 func (c *RawClient) Subscribe(id uint16, filter string, qos byte) packets.Packet {
 	c.t.Helper()
