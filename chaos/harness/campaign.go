@@ -27,6 +27,7 @@ type campaign struct {
 	dataDir, backingDir string
 	disk                *disk // the FUSE layer, when power cuts are on
 	proc                *brokerProc
+	exits               int   // ... that exited with no nemesis
 	lastSnapshot        int64 // memory: when the last graceful stop began
 	cycles              int
 	maxShutdown         time.Duration // the longest a SIGTERM took
@@ -60,8 +61,9 @@ func (c *campaign) init(ctx context.Context) error {
 		if err := os.MkdirAll(binDir, 0o755); err != nil {
 			return err
 		}
-		c.logf("building saguin")
-		if c.bin, err = BuildBroker(ctx, opt.BrokerDir, binDir); err != nil {
+		tags := ControlBuildTags(opt.Control)
+		c.logf("building saguin (tags %v)", tags)
+		if c.bin, err = BuildBroker(ctx, opt.BrokerDir, binDir, tags...); err != nil {
 			return err
 		}
 	}
@@ -142,7 +144,7 @@ func (c *campaign) run(ctx context.Context) error {
 	c.env.cancel = cancel
 	c.env.mu.Unlock()
 
-	p, err := startBroker(ctx, c.bin, c.cfgPath, c.logFile, 30*time.Second)
+	p, err := c.start(ctx)
 	if err != nil {
 		return fmt.Errorf("first start: %w", err)
 	}
@@ -158,6 +160,10 @@ func (c *campaign) run(ctx context.Context) error {
 	defer c.stopActors()
 
 	chaosErr := c.chaos(ctx)
+	if chaosErr == nil && !c.proc.alive() {
+		// Died after the last nemesis: the end needs a broker.
+		chaosErr = c.exitedOnItsOwn(ctx)
+	}
 	if chaosErr != nil && !errors.Is(chaosErr, errAbort) {
 		return chaosErr
 	}
@@ -251,8 +257,8 @@ func (c *campaign) chaos(ctx context.Context) error {
 		if c.opt.Duration > 0 && time.Since(start)+healthy > c.opt.Duration {
 			return nil
 		}
-		if !sleepCtx(ctx, healthy) {
-			return ctx.Err()
+		if err := c.wait(ctx, healthy); err != nil {
+			return err
 		}
 		if err := c.env.err(); err != nil {
 			return err
@@ -273,6 +279,15 @@ func (c *campaign) chaos(ctx context.Context) error {
 // SIGTERM); a power cut may lose what was acknowledged within lossNs of it.
 func (c *campaign) apply(ctx context.Context, name string) error {
 	e := c.env
+	if !c.proc.alive() {
+		// A nemesis needs a live broker to act on.
+		if err := c.exitedOnItsOwn(ctx); err != nil {
+			return err
+		}
+	}
+	if name == NemesisKill && c.opt.Control == ControlNextOffsetMaxPlusOne {
+		c.awaitTicksEmpty(ctx)
+	}
 	if name != NemesisPowerCut {
 		e.note(Note{Kind: NoteNemesis, Detail: name})
 	}
@@ -280,11 +295,7 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 	case NemesisKill:
 		t0 := e.now()
 		c.proc.kill()
-		if c.opt.Provider == ProviderMemory && c.opt.Control != ControlMemoryKillDurable {
-			// invariant 14: memory durability is exactly the last snapshot.
-			return c.restart(ctx, t0, L.OpBrokerPowerCut, t0-c.lastSnapshot)
-		}
-		return c.restart(ctx, t0, L.OpBrokerRestart, 0)
+		return c.crashRestart(ctx, t0)
 	case NemesisTerm:
 		t0 := e.now()
 		stopStart := time.Now()
@@ -332,6 +343,11 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 		if err := c.disk.remount(); err != nil {
 			return err
 		}
+		if c.opt.Provider == ProviderSQLite {
+			if f, bad := c.checkIntegrity(); bad {
+				c.findings = append(c.findings, f)
+			}
+		}
 		loss := c.opt.LossWindow.Nanoseconds()
 		if c.opt.Provider == ProviderMemory {
 			loss = t0 - c.lastSnapshot
@@ -348,10 +364,13 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 // that will not start is a finding (what it kept could not be read back, or
 // it refuses its own files) and ends the campaign.
 func (c *campaign) restart(ctx context.Context, t0 int64, op string, lossNs int64) error {
-	p, err := startBroker(ctx, c.bin, c.cfgPath, c.logFile, 30*time.Second)
+	p, err := c.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, errNotFaultBuild) {
+			return err
 		}
 		c.findings = append(c.findings, Finding{Check: "restart", Invariant: 14,
 			Msg: fmt.Sprintf("the broker did not start again: %v", err)})
@@ -367,6 +386,118 @@ func (c *campaign) restart(ctx context.Context, t0 int64, op string, lossNs int6
 	}
 	c.env.write(o)
 	return nil
+}
+
+// crashRestart starts the broker after it died without a graceful stop
+// (SIGKILL, or an exit of its own) at t0, telling the models what survives:
+// sqlite keeps every committed write; memory keeps exactly its last
+// snapshot (invariant 14) — unless the control claims otherwise.
+func (c *campaign) crashRestart(ctx context.Context, t0 int64) error {
+	if c.opt.Provider == ProviderMemory && c.opt.Control != ControlMemoryKillDurable {
+		return c.restart(ctx, t0, L.OpBrokerPowerCut, t0-c.lastSnapshot)
+	}
+	return c.restart(ctx, t0, L.OpBrokerRestart, 0)
+}
+
+// errNotFaultBuild: a control that breaks the broker ran a binary that did
+// not say it was broken — a harness failure, never a pass.
+var errNotFaultBuild = errors.New("not the fault-injection build the control needs")
+
+// faultsFor is what a fault-injection build is told to break at its next
+// start: nothing in an honest run.
+func (c *campaign) faultsFor() string {
+	switch c.opt.Control {
+	case ControlNextOffsetMaxPlusOne:
+		return "next-offset-max-plus-one"
+	case ControlSplitDeadLetter:
+		// Processes die between the halves of their first move until one
+		// has (a kill may come before any move): those after it must live
+		// to find the job in both places and move it again.
+		if c.exits == 0 {
+			return "split-dead-letter,crash-between-dead-letter-halves"
+		}
+		return "split-dead-letter"
+	case ControlSyncOff:
+		return "sqlite-sync-off"
+	}
+	return ""
+}
+
+// start starts one broker process, broken as the control says, and checks
+// that it says it is.
+func (c *campaign) start(ctx context.Context) (*brokerProc, error) {
+	want := c.faultsFor()
+	p, err := startBroker(ctx, c.bin, c.cfgPath, want, c.logFile, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if p.faults != want {
+		p.kill()
+		return nil, fmt.Errorf("control %q: %s was told %s=%q and reports %q (build it with -tags %s): %w",
+			c.opt.Control, c.bin, faultsEnv, want, p.faults, FaultBuildTag, errNotFaultBuild)
+	}
+	return p, nil
+}
+
+// maxExits bounds the broker's own exits one campaign restarts it after
+// (invariant 13): a broker that keeps dying ends the campaign.
+const maxExits = 20
+
+// wait sleeps d; a broker that exits meanwhile with no nemesis is a finding
+// and is started again at once, so the run goes on and the checks still see
+// what it left.
+func (c *campaign) wait(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return nil
+		case <-c.proc.exited:
+			if err := c.exitedOnItsOwn(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// exitedOnItsOwn records a broker that died with no nemesis (a crash, an
+// exit: nothing any client asked for) and starts it again, told to the
+// models like a kill.
+func (c *campaign) exitedOnItsOwn(ctx context.Context) error {
+	t0 := c.env.now()
+	c.proc.wait()
+	c.exits++
+	c.env.note(Note{Kind: NoteNemesis, Detail: "exit (the broker's own)", T: t0})
+	c.findings = append(c.findings, Finding{Check: "broker-exit",
+		Msg: fmt.Sprintf("the broker exited with no nemesis (%v); its last output:\n%s", c.proc.err, c.proc.tail.last(3))})
+	c.logf("the broker exited on its own (%v)", c.proc.err)
+	if c.exits > maxExits {
+		c.aborted = fmt.Sprintf("the broker exited on its own %d times", c.exits)
+		c.env.note(Note{Kind: NoteAbort, Detail: c.aborted})
+		return errAbort
+	}
+	return c.crashRestart(ctx, t0)
+}
+
+// awaitTicksEmpty holds a kill until the prober has seen the ticks channel
+// emptied by retention with no tick published since (bounded: a few burst
+// cycles), so the restart meets invariant 9's trap — a channel with no
+// surviving row — every time.
+func (c *campaign) awaitTicksEmpty(ctx context.Context) {
+	e := c.env
+	bound := time.Now().Add(4 * (ticksRetention*2 + 500*time.Millisecond + time.Second))
+	for !e.ticksEmpty() {
+		if time.Now().After(bound) {
+			c.logf("the ticks channel was never seen empty: killing anyway")
+			return
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return
+		}
+	}
 }
 
 // close stops the broker gracefully, unmounts, and closes the files. It

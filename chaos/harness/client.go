@@ -35,6 +35,12 @@ type env struct {
 	// outstanding counts offers a worker is still handling.
 	lastDelivery atomic.Int64
 	outstanding  atomic.Int64
+	// The ticks channel's trap (invariant 9): when a tick publish last
+	// began, how many are in flight, and when a probe that began with none
+	// in flight found the channel empty (floor = next).
+	lastTickCall  atomic.Int64
+	ticksInFlight atomic.Int64
+	ticksEmptyAt  atomic.Int64
 
 	mu       sync.Mutex
 	failure  error     // first harness failure (a history write error...)
@@ -43,6 +49,12 @@ type env struct {
 }
 
 func (e *env) now() int64 { return e.hist.Now() }
+
+// ticksEmpty reports whether the ticks channel was last seen empty with no
+// tick published since: a restart now finds no surviving row.
+func (e *env) ticksEmpty() bool {
+	return e.ticksInFlight.Load() == 0 && e.ticksEmptyAt.Load() > e.lastTickCall.Load()
+}
 
 // fail records a harness failure and stops the campaign: a history that
 // could not be written cannot be checked.

@@ -36,6 +36,9 @@ const (
 	ticksRetention = time.Second
 )
 
+// dbFile is the sqlite provider's database, in the data directory.
+const dbFile = "saguin.db"
+
 // brokerConfig is what the harness varies in the broker's configuration.
 type brokerConfig struct {
 	provider          string // "sqlite" | "memory"
@@ -54,7 +57,7 @@ func (c brokerConfig) render() (string, error) {
 	var provider string
 	switch c.provider {
 	case ProviderSQLite:
-		provider = fmt.Sprintf("        type: sqlite\n        file_path: %q\n", filepath.Join(c.dataDir, "saguin.db"))
+		provider = fmt.Sprintf("        type: sqlite\n        file_path: %q\n", filepath.Join(c.dataDir, dbFile))
 	case ProviderMemory:
 		provider = fmt.Sprintf("        type: memory\n        snapshot_dir: %q\n", filepath.Join(c.dataDir, "snapshots"))
 	default:

@@ -38,8 +38,8 @@ func (c *campaign) final(ctx context.Context) error {
 			e.note(Note{Kind: NoteAbort, Detail: c.aborted})
 			return errAbort
 		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return ctx.Err()
+		if err := c.wait(ctx, 200*time.Millisecond); err != nil {
+			return err
 		}
 	}
 	e.note(Note{Kind: NoteDrained})

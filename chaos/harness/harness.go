@@ -32,8 +32,10 @@ const (
 	ProviderMemory = "memory"
 )
 
-// Controls are deliberate lies the harness tells its own checks, so that a
-// run proves the checks can fail: each must end in violations.
+// Controls prove the checks can fail: each must end in violations. Two are
+// lies the harness tells its own checks about an honest broker; the others
+// run a fault-injection build of the broker (FaultBuildTag), broken on
+// purpose the way an invariant forbids, and the checks must catch it.
 const (
 	// ControlNone: an honest run.
 	ControlNone = ""
@@ -47,7 +49,47 @@ const (
 	// loses about the last flush interval): the acknowledged records a cut
 	// drops must be flagged.
 	ControlPowerCutNoLoss = "powercut-no-loss"
+	// ControlNextOffsetMaxPlusOne runs a broker whose sqlite provider
+	// recomputes each channel's next offset at open as MAX(offset)+1 over
+	// the surviving rows (invariant 9's restart bug), and times every kill
+	// to a moment the prober saw the ticks channel emptied by retention:
+	// the restarted broker starts ticks again at offset 1 and floor 1.
+	// Caught by floor-back (invariant 1) and linearizable/append-ticks
+	// (invariant 9: a head that goes back).
+	ControlNextOffsetMaxPlusOne = "next-offset-max-plus-one"
+	// ControlSplitDeadLetter runs a broker whose dead-letter move is two
+	// transactions, and which dies (exit 137, as kill -9) between them at
+	// its first move, until it has once: the job is then in jobs__dlq and
+	// still in the queue, attempts spent, so the restarted broker moves it
+	// again (invariant 5). Caught by dead-letter-twice; broker-exit names
+	// the deliberate death.
+	ControlSplitDeadLetter = "split-dead-letter"
+	// ControlSyncOff runs a broker whose sqlite provider never fsyncs
+	// (synchronous=OFF, no WAL flush): a power cut takes everything since
+	// the start, far beyond the loss window (invariant 14). Caught by
+	// acked-lost — or, when a torn cut leaves a file SQLite cannot read, by
+	// integrity or restart.
+	ControlSyncOff = "sqlite-sync-off"
 )
+
+// FaultBuildTag is the build tag under which saguin reads SAGUIN_FAULTS and
+// breaks itself (broker/internal/faults). Production builds lack it.
+const FaultBuildTag = "saguinfaults"
+
+// Controls lists every negative control.
+func Controls() []string {
+	return []string{ControlMemoryKillDurable, ControlPowerCutNoLoss, ControlNextOffsetMaxPlusOne, ControlSplitDeadLetter, ControlSyncOff}
+}
+
+// ControlBuildTags are the build tags the broker binary needs for control:
+// FaultBuildTag for the controls that break the broker, none otherwise.
+func ControlBuildTags(control string) []string {
+	switch control {
+	case ControlNextOffsetMaxPlusOne, ControlSplitDeadLetter, ControlSyncOff:
+		return []string{FaultBuildTag}
+	}
+	return nil
+}
 
 // Options configure a campaign. Zero values take the defaults noted.
 type Options struct {
@@ -68,7 +110,9 @@ type Options struct {
 	// configuration, and on failure the porcupine visualisation. Required.
 	OutDir string
 	// Binary is a prebuilt saguin; empty builds one from BrokerDir
-	// (default: the broker module beside this one).
+	// (default: the broker module beside this one). A control that breaks
+	// the broker needs a binary built with ControlBuildTags; the campaign
+	// refuses one that does not say it is broken.
 	Binary    string
 	BrokerDir string
 
@@ -170,6 +214,14 @@ func (o *Options) setDefaults() error {
 	case ControlPowerCutNoLoss:
 		if !o.hasNemesis(NemesisPowerCut) {
 			return fmt.Errorf("control %s needs the powercut nemesis", o.Control)
+		}
+	case ControlNextOffsetMaxPlusOne, ControlSplitDeadLetter, ControlSyncOff:
+		if o.Provider != ProviderSQLite {
+			return fmt.Errorf("control %s breaks the sqlite provider: it needs -provider %s", o.Control, ProviderSQLite)
+		}
+		need := map[string]string{ControlNextOffsetMaxPlusOne: NemesisKill, ControlSyncOff: NemesisPowerCut}[o.Control]
+		if need != "" && !o.hasNemesis(need) {
+			return fmt.Errorf("control %s needs the %s nemesis", o.Control, need)
 		}
 	default:
 		return fmt.Errorf("unknown control %q", o.Control)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,9 +19,11 @@ import (
 )
 
 // BuildBroker builds the saguin binary from the broker module at brokerDir
-// into dir and returns its path. The harness runs the broker only as this
-// binary (design.md: the chaos harness never imports broker internals).
-func BuildBroker(ctx context.Context, brokerDir, dir string) (string, error) {
+// into dir and returns its path, with the given build tags (FaultBuildTag
+// for a negative control's deliberately broken broker: ControlBuildTags).
+// The harness runs the broker only as this binary (design.md: the chaos
+// harness never imports broker internals).
+func BuildBroker(ctx context.Context, brokerDir, dir string, tags ...string) (string, error) {
 	if brokerDir == "" {
 		d, err := defaultBrokerDir()
 		if err != nil {
@@ -31,11 +34,15 @@ func BuildBroker(ctx context.Context, brokerDir, dir string) (string, error) {
 	bin := filepath.Join(dir, "saguin")
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/saguin")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/saguin")...)
 	cmd.Dir = brokerDir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/saguin in %s: %w\n%s", brokerDir, err, out)
+		return "", fmt.Errorf("go %s ./cmd/saguin in %s: %w\n%s", strings.Join(args, " "), brokerDir, err, out)
 	}
 	return bin, nil
 }
@@ -59,7 +66,16 @@ const (
 	sigCont = syscall.SIGCONT
 )
 
-var listeningLine = regexp.MustCompile(`msg=listening .*address=(\S+)`)
+var (
+	listeningLine = regexp.MustCompile(`msg=listening .*address=(\S+)`)
+	// faultsLine is what a fault-injection build prints when it breaks
+	// itself (broker/cmd/saguin).
+	faultsLine = regexp.MustCompile(`^saguin: fault injection active: (\S+)`)
+)
+
+// faultsEnv is the variable a fault-injection build of saguin reads
+// (broker/internal/faults).
+const faultsEnv = "SAGUIN_FAULTS"
 
 // brokerProc is one run of the saguin binary. Its output goes to the log
 // file shared by every run of the campaign.
@@ -70,13 +86,22 @@ type brokerProc struct {
 	err    error         // Wait's result, valid after exited
 	output chan struct{} // closed once all its output is in the log
 	tail   *tailBuffer
+	// faults is what a fault-injection build said it broke ("": nothing);
+	// valid once startBroker returned it.
+	faults string
 }
 
 // startBroker runs bin on cfgPath, appending its output to log, and waits
-// until it listens. A process that exits or stays silent is killed and
-// reported with the end of its output.
-func startBroker(ctx context.Context, bin, cfgPath string, log io.Writer, timeout time.Duration) (*brokerProc, error) {
+// until it listens. faults is what a fault-injection build is told to break
+// ("" for an honest run: the variable is then removed from the broker's
+// environment, whatever the harness's own holds). A process that exits or
+// stays silent is killed and reported with the end of its output.
+func startBroker(ctx context.Context, bin, cfgPath, faults string, log io.Writer, timeout time.Duration) (*brokerProc, error) {
 	cmd := exec.Command(bin, "--config", cfgPath)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, faultsEnv+"=") })
+	if faults != "" {
+		cmd.Env = append(cmd.Env, faultsEnv+"="+faults)
+	}
 	// Its own process group, so a signal reaches exactly it; and the kernel
 	// kills it if the harness dies, so no broker outlives a campaign.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -97,6 +122,9 @@ func startBroker(ctx context.Context, bin, cfgPath string, log io.Writer, timeou
 			line := sc.Text()
 			_, _ = io.WriteString(log, line+"\n")
 			p.tail.WriteLine(line)
+			if m := faultsLine.FindStringSubmatch(line); m != nil && !sent {
+				p.faults = m[1] // before the address is sent: read after it
+			}
 			if m := listeningLine.FindStringSubmatch(line); m != nil && !sent {
 				addrc <- m[1]
 				sent = true
@@ -213,12 +241,15 @@ func (t *tailBuffer) WriteLine(line string) {
 	}
 }
 
-func (t *tailBuffer) String() string {
+func (t *tailBuffer) String() string { return t.last(15) }
+
+// last is the last n lines.
+func (t *tailBuffer) last(n int) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lines := t.buf
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
 }

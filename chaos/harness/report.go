@@ -106,6 +106,9 @@ func (r *Report) Summary() string {
 	}
 	if !r.OK() {
 		fmt.Fprintf(&b, "\n  history: %s\n  replay: -seed %d -provider %s -nemeses %s", r.History, r.Seed, r.Provider, r.Nemeses)
+		if r.Control != "" {
+			fmt.Fprintf(&b, " -control %s", r.Control)
+		}
 	}
 	return b.String()
 }

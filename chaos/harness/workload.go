@@ -101,6 +101,11 @@ func (p *producer) run(ctx context.Context) {
 func (p *producer) publishOne(ctx context.Context, c *mconn) bool {
 	id := fmt.Sprintf("%s-%d", p.name, p.n)
 	payload := []byte(fmt.Sprintf("%s #%d", p.name, p.n))
+	if p.channel == chanTicks {
+		p.env.ticksInFlight.Add(1)
+		defer p.env.ticksInFlight.Add(-1)
+		p.env.lastTickCall.Store(p.env.now())
+	}
 	call, err := p.env.hist.Begin(c.id, p.op, p.channel, &L.Input{ID: id, Payload: payload})
 	if err != nil {
 		p.env.fail(fmt.Errorf("history: %w", err))
@@ -286,11 +291,18 @@ func (p *prober) run(ctx context.Context) {
 		p.mu.Unlock()
 		for ctx.Err() == nil && !c.isDead() {
 			for _, ch := range []string{chanEvents, chanTicks} {
-				if _, ok := p.head(ctx, c, ch); !ok {
+				t0 := p.env.now()
+				quiet := p.env.ticksInFlight.Load() == 0 && p.env.lastTickCall.Load() < t0
+				next, ok := p.head(ctx, c, ch)
+				if !ok {
 					return
 				}
-				if _, ok := p.floor(ctx, c, ch); !ok {
+				floor, ok := p.floor(ctx, c, ch)
+				if !ok {
 					return
+				}
+				if ch == chanTicks && quiet && next > 0 && floor == next {
+					p.env.ticksEmptyAt.Store(t0)
 				}
 			}
 			if !sleepCtx(ctx, p.every) {

@@ -84,10 +84,22 @@ type Options struct {
 // deliberately re-creates a bug an invariant forbids, so a test can prove
 // its check notices.
 type Faults struct {
-	// BetweenDeadLetterHalves runs inside the dead-letter transaction after
-	// the record is written to the dead-letter log and before it is deleted
-	// from the queue. A non-nil error aborts the move (invariant 5).
+	// BetweenDeadLetterHalves runs after the record is written to the
+	// dead-letter log and before it is deleted from the queue: inside the
+	// one dead-letter transaction, where a non-nil error aborts the move
+	// (invariant 5); or, with SplitDeadLetter, between the two
+	// transactions, where the first has already committed and an error (or
+	// the process dying) leaves the job in both places.
 	BetweenDeadLetterHalves func() error
+	// SplitDeadLetter makes the dead-letter move two transactions — the
+	// dead-letter write committed, then the removal from the queue — the
+	// non-atomic move invariant 5 forbids. Chaos negative control only.
+	SplitDeadLetter bool
+	// SyncOff opens every connection with synchronous=OFF and stops the
+	// flusher from fsyncing: no commit, checkpoint or directory entry is
+	// ever made durable, the setting invariant 14's power-cut promise
+	// forbids. Chaos negative control only.
+	SyncOff bool
 	// NextOffsetFromMaxPlusOne makes a channel's next offset, when the
 	// channel is opened, MAX(offset)+1 over surviving rows instead of the
 	// stored counter — the restart bug invariant 9 forbids. Chaos and

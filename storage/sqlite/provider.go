@@ -131,7 +131,11 @@ func (p *Provider) open(ctx context.Context) error {
 	// connection the pool ever opens gets them. page_size runs before
 	// journal_mode (the _pragma list is applied first), which is what pins
 	// 4 KiB on a new database; on an existing one it changes nothing.
-	base := "file:" + uriPath(p.path) + "?_pragma=busy_timeout(5000)&_pragma=page_size(4096)&_journal_mode=WAL&_synchronous=NORMAL"
+	sync := "NORMAL"
+	if f := p.opts.Faults; f != nil && f.SyncOff {
+		sync = "OFF" // negative control only (invariant 14)
+	}
+	base := "file:" + uriPath(p.path) + "?_pragma=busy_timeout(5000)&_pragma=page_size(4096)&_journal_mode=WAL&_synchronous=" + sync
 	if p.db, err = sql.Open("sqlite", base); err != nil {
 		return fmt.Errorf("storage %s: open %s: %w", name, p.path, err)
 	}

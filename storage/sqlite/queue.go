@@ -171,7 +171,10 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 		dlq.mu.Unlock()
 		var itemSize int64
 		var enc encoded
-		err := w.txn(true, func(ctx context.Context) error {
+		var rec storage.Record
+		// write is the first half: the record into the dead-letter log and
+		// the log's counter row.
+		write := func(ctx context.Context) error {
 			var s recordScan
 			err := w.st[stItemForMove].QueryRowContext(ctx, q.ch.id, int64(offset)).Scan(append(s.itemDest(), &itemSize)...)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -184,7 +187,7 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 			if err != nil {
 				return err
 			}
-			rec := it.Record
+			rec = it.Record
 			rec.Offset = next
 			rec.Topic = topic
 			rec.Timestamp = at
@@ -199,25 +202,51 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 			if _, err := w.st[stUpdateNextBytes].ExecContext(ctx, int64(next+1), bytes+enc.size, dlq.id); err != nil {
 				return fmt.Errorf("advance %s: %w", dlq.name, err)
 			}
-			if f := q.p.opts.Faults; f != nil && f.BetweenDeadLetterHalves != nil {
-				if err := f.BetweenDeadLetterHalves(); err != nil {
-					return err
-				}
-			}
+			return nil
+		}
+		// remove is the second half: the item out of the queue.
+		remove := func(ctx context.Context) error {
 			var deleted int64
 			if err := w.st[stResolve].QueryRowContext(ctx, q.ch.id, int64(offset)).Scan(&deleted); err != nil {
 				return fmt.Errorf("remove from %s: %w", q.ch.name, err)
 			}
-			moved = rec
 			return nil
-		})
-		if err != nil {
-			moved = storage.Record{}
-			return err
 		}
-		dlq.mu.Lock()
-		dlq.next, dlq.bytes = next+1, bytes+enc.size
-		dlq.mu.Unlock()
+		advanceDLQ := func() {
+			dlq.mu.Lock()
+			dlq.next, dlq.bytes = next+1, bytes+enc.size
+			dlq.mu.Unlock()
+		}
+		if f := q.p.opts.Faults; f != nil && f.SplitDeadLetter {
+			// Deliberately the move invariant 5 forbids (negative control):
+			// the first half commits on its own, so a failure or a crash
+			// before the second leaves the job in both places.
+			if err := w.txn(true, write); err != nil {
+				return err
+			}
+			advanceDLQ()
+			if err := q.faultBetweenDeadLetterHalves(); err != nil {
+				return err
+			}
+			if err := w.txn(true, remove); err != nil {
+				return err
+			}
+		} else {
+			err := w.txn(true, func(ctx context.Context) error {
+				if err := write(ctx); err != nil {
+					return err
+				}
+				if err := q.faultBetweenDeadLetterHalves(); err != nil {
+					return err
+				}
+				return remove(ctx)
+			})
+			if err != nil {
+				return err
+			}
+			advanceDLQ()
+		}
+		moved = rec
 		q.ch.mu.Lock()
 		q.ch.depth--
 		q.ch.bytes -= itemSize
@@ -228,6 +257,13 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 		return storage.Record{}, q.p.wrap("dead-letter "+q.ch.name+" offset "+fmt.Sprint(offset), err)
 	}
 	return moved, nil
+}
+
+func (q *queueStore) faultBetweenDeadLetterHalves() error {
+	if f := q.p.opts.Faults; f != nil && f.BetweenDeadLetterHalves != nil {
+		return f.BetweenDeadLetterHalves()
+	}
+	return nil
 }
 
 // DeadLetters is the queue's dead-letter append log.

@@ -14,10 +14,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"saguin.dev/broker"
 	"saguin.dev/broker/config"
+	"saguin.dev/broker/internal/faults"
 )
 
 func main() {
@@ -60,7 +62,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 
-	b, err := broker.New(cfg, broker.Options{Build: buildRevision()})
+	// Only a build tagged saguinfaults reads the variable (broker/internal/
+	// faults); in any other build this is a no-op.
+	fset, err := faults.FromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "saguin: %v\n", err)
+		return 1
+	}
+	if fset.Active() {
+		// The chaos harness looks for this line: a control that believes
+		// the broker broken must be running a broker that is.
+		fmt.Fprintf(stderr, "saguin: fault injection active: %s (a deliberately broken build; never run it in production)\n",
+			strings.Join(fset.Names, ","))
+	}
+
+	b, err := broker.New(cfg, broker.Options{Build: buildRevision(), SQLiteFaults: fset.SQLite})
 	if err != nil {
 		fmt.Fprintf(stderr, "saguin: %v\n", err)
 		return 1

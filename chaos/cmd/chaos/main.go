@@ -4,6 +4,12 @@
 //	      [-nemeses kill=2,term,stop,cut,powercut] [-epoch D] [-out DIR]
 //	      [-control NAME] [-check HISTORY]
 //
+// -control runs a negative control, a campaign that must fail: two lie to
+// the checks about an honest broker (memory-kill-durable, powercut-no-loss);
+// the others build saguin with -tags saguinfaults and break it on purpose
+// (next-offset-max-plus-one, split-dead-letter, sqlite-sync-off; see
+// rfcs/chaos-harness.md for the check that catches each).
+//
 // A long -duration is run as consecutive campaigns (epochs) of at most
 // -epoch each, seeds seed, seed+1, ...: every history stays small enough to
 // check, and a failure names the one seed that replays it. Each campaign's
@@ -46,7 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	epoch := fs.Duration("epoch", 5*time.Minute, "longest single campaign when -duration is long")
 	out := fs.String("out", "", "directory for histories and logs (default: a new temporary directory)")
 	binary := fs.String("binary", "", "prebuilt saguin binary (default: build ../broker)")
-	control := fs.String("control", "", "negative control: "+harness.ControlMemoryKillDurable+" or "+harness.ControlPowerCutNoLoss+" (the run must fail)")
+	control := fs.String("control", "", "negative control, the run must fail: "+strings.Join(harness.Controls(), ", ")+
+		" (the last three build the broker with -tags "+harness.FaultBuildTag+")")
 	check := fs.String("check", "", "check an existing history (its notes beside it as notes.jsonl) and exit")
 	workers := fs.Int("workers", 0, "queue workers (default 3)")
 	interval := fs.Duration("publish-interval", 0, "mean pause between one producer's publishes (default 20ms)")
@@ -70,6 +77,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ns, err := harness.ParseNemeses(*nemeses)
 	if err != nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
+		return 2
+	}
+	if *control != "" && !slices.Contains(harness.Controls(), *control) {
+		fmt.Fprintf(stderr, "chaos: unknown control %q (want %s)\n", *control, strings.Join(harness.Controls(), ", "))
 		return 2
 	}
 	if *seed == 0 {
@@ -97,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "chaos: %v\n", err)
 			return 2
 		}
-		if bin, err = harness.BuildBroker(ctx, "", dir); err != nil {
+		if bin, err = harness.BuildBroker(ctx, "", dir, harness.ControlBuildTags(*control)...); err != nil {
 			fmt.Fprintf(stderr, "chaos: %v\n", err)
 			return 2
 		}

@@ -17,6 +17,7 @@ func TestFlagsAreChecked(t *testing.T) {
 		{"-cycles", "1", "-nemeses", "nuke"}, // unknown nemesis
 		{"-cycles", "1", "extra"},            // stray argument
 		{"-bogus"},
+		{"-cycles", "1", "-control", "nope"}, // unknown control
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 {
