@@ -153,14 +153,27 @@ func (q *queueEngine) addWorker(s *session, cl *mqtt.Client) {
 func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 	q.mu.Lock()
 	var held *delivery
+	var heldOn *mqtt.Client
+	unacked := false
 	for i, w := range q.workers {
 		if w.sess == s && (cl == nil || w.cl == cl) {
-			held = w.holding
+			held, heldOn = w.holding, w.cl
+			unacked = held != nil && held.state == delivering
 			q.workers = append(q.workers[:i], q.workers[i+1:]...)
 			break
 		}
 	}
 	q.mu.Unlock()
+	if unacked && heldOn != nil {
+		// invariants 4, 15: a delivery not yet PUBACKed is still in the
+		// connection's in-flight table, and the substrate would resend it
+		// (DUP) to a resuming connection — a second live copy of a job the
+		// queue has just taken back and may offer to another worker. It
+		// leaves the table with the lease. (One PUBACKed already freed its
+		// packet id, which another delivery may hold by now.)
+		heldOn.State.Inflight.Delete(held.pid)
+		s.forget(held.pid)
+	}
 	if held != nil {
 		q.endLease(held, "session ended", held.received)
 	}
