@@ -280,5 +280,8 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := os.WriteFile(filepath.Join(opt.OutDir, "report.txt"), []byte(rep.Details()), 0o644); err != nil {
 		return nil, fmt.Errorf("write report: %w", err)
 	}
+	if err := writeReportJSON(opt.OutDir, rep); err != nil {
+		return nil, err
+	}
 	return rep, nil
 }

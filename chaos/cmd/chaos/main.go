@@ -23,6 +23,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -60,8 +61,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	checkTimeout := fs.Duration("check-timeout", 5*time.Minute, "bound on the linearizability search per model")
 	waive := fs.String("waive", "", "comma-separated checks whose findings are a known broker gap (reported as waived, not failed)")
 	quiet := fs.Bool("q", false, "no progress lines")
+	catalog := fs.Bool("catalog", false, "print the checks a campaign runs, with the invariants each guards, as JSON, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *catalog {
+		// For make invariants: the chaos checks beside the TestInvariantNN_ tests.
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(harness.Catalog); err != nil {
+			fmt.Fprintf(stderr, "chaos: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "chaos: unexpected arguments %q\n", fs.Args())

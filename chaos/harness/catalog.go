@@ -1,0 +1,108 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// CheckInfo names one check a campaign runs and the invariants whose
+// failure it would see. `make invariants` lists these beside the tests named
+// TestInvariantNN_* (rfcs/chaos-harness.md has the same table in prose).
+type CheckInfo struct {
+	Name       string // a Finding's Check; a trailing * stands for a channel
+	Invariants []int
+	Fails      string // what makes it fail
+}
+
+// Catalog is every check a campaign runs. A check added to the harness
+// without an entry here fails TestCatalogNamesEveryCheck.
+var Catalog = []CheckInfo{
+	{"linearizable/append-*", []int{9, 14}, "an offset holding two records, a record at two offsets, a refused record stored, an acknowledged one lost, a head that disagrees"},
+	{"linearizable/queue-jobs", []int{3, 4, 5, 15}, "two live leases, a delivery after an applied ack or a dead letter, a reused Delivery ID"},
+	{"append-order", []int{9}, "offsets on one reader's connection going back"},
+	{"append-dense", []int{1}, "a reader silently moved past records"},
+	{"queue-offered", []int{5}, "an acknowledged job neither offered nor dead-lettered"},
+	{"queue-resolved", []int{3, 15}, "an acknowledged job whose last holder never acked and that never came back"},
+	{"queue-offset-unique", []int{9}, "two jobs at one offset"},
+	{"queue-offset-order", []int{9}, "a later job at a lower offset"},
+	{"acked-lost", []int{14}, "a record acknowledged outside every loss window missing from the final read"},
+	{"refused-stored", []int{18}, "a publish the broker refused found stored"},
+	{"offset-reused", []int{9}, "an offset read as two records"},
+	{"offset-moved", []int{8}, "a record read at two offsets"},
+	{"offset-order", []int{9}, "a later publish given a lower offset (retention emptied the channel, then a restart)"},
+	{"floor-back", []int{1}, "the floor going back, across restarts too"},
+	{"floor-moved", []int{1}, "the floor leaving 1 where nothing was removed"},
+	{"resume-skip", []int{1}, "a reconnecting consumer first served past what it acknowledged"},
+	{"resume-new-session", []int{18}, "a consumer told Session Present 0 served its old position"},
+	{"dead-letter-twice", []int{5}, "a job in the dead-letter channel twice"},
+	{"dead-letter-lost", []int{5}, "a dead letter read and then gone"},
+	{"final-read", []int{1}, "the channel not readable from its floor to the head the broker reports"},
+	{"integrity", []int{14}, "sqlite's integrity_check failing after a power cut"},
+	{"restart", []int{14}, "the broker not starting again"},
+	{"graceful-shutdown", []int{14}, "SIGTERM not ending the broker cleanly"},
+	{"broker-exit", []int{14}, "the broker exiting with no nemesis"},
+	{"drain", []int{2}, "the queue never going quiet"},
+	{"subscribe-refused", []int{4}, "a worker's or reader's SUBSCRIBE refused"},
+	{"seek-refused", []int{1}, "a seek to the head or the floor refused"},
+	{"delivery-headers", []int{3, 8}, "a delivery missing saguin-id, saguin-offset or the Delivery ID"},
+	// RFC 0003 §9, not one of the eighteen: a latest consumer never sent an
+	// older value after a newer one.
+	{"latest-order", nil, "a latest consumer sent an older value after a newer one"},
+}
+
+// CatalogEntry returns the catalog entry a Finding's check belongs to.
+func CatalogEntry(check string) (CheckInfo, bool) {
+	for _, c := range Catalog {
+		if c.Name == check || (strings.HasSuffix(c.Name, "*") && strings.HasPrefix(check, strings.TrimSuffix(c.Name, "*"))) {
+			return c, true
+		}
+	}
+	return CheckInfo{}, false
+}
+
+// reportJSON is what a campaign leaves beside report.txt for tools (make
+// invariants): which checks ran and which found something.
+type reportJSON struct {
+	Seed       uint64         `json:"seed"`
+	Provider   string         `json:"provider"`
+	Control    string         `json:"control,omitempty"`
+	OK         bool           `json:"ok"`
+	Cycles     int            `json:"cycles"`
+	Applied    map[string]int `json:"applied"`
+	Operations int            `json:"operations"`
+	Checks     []string       `json:"checks"`
+	Violations []string       `json:"violations"` // catalog names of the checks that found something
+	Waived     []string       `json:"waived"`
+}
+
+func writeReportJSON(dir string, rep *Report) error {
+	out := reportJSON{Seed: rep.Seed, Provider: rep.Provider, Control: rep.Control, OK: rep.OK(),
+		Cycles: rep.Cycles, Applied: rep.Applied, Operations: rep.Stats.Operations,
+		Violations: []string{}, Waived: []string{}}
+	for _, c := range Catalog {
+		out.Checks = append(out.Checks, c.Name)
+	}
+	name := func(f Finding) string {
+		if c, ok := CatalogEntry(f.Check); ok {
+			return c.Name
+		}
+		return f.Check
+	}
+	for _, f := range rep.Violations {
+		out.Violations = append(out.Violations, name(f))
+	}
+	for _, f := range rep.Waived {
+		out.Waived = append(out.Waived, name(f))
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), data, 0o644); err != nil {
+		return fmt.Errorf("write report.json: %w", err)
+	}
+	return nil
+}
