@@ -6,7 +6,11 @@
 //     publishers; the reference brokers have no channels, so Sagüin's append
 //     figures are set beside their QoS 1 broadcast to one subscriber;
 //   - the replay rate of a 100,000-record channel to one consumer;
-//   - broker start-up time over a 1,000,000-record sqlite database.
+//   - broker start-up time over a 1,000,000-record sqlite database;
+//   - a 10,000-topic latest channel's state sent to a new subscriber, one
+//     latest update fanned out to 1,000 subscribers (beside the reference
+//     brokers' retained messages), and point reads per second on
+//     $saguin/kv/get from 1 and 32 clients (Sagüin alone; latest.go).
 //
 // Every figure comes from a run whose messages were all accounted for: a
 // PUBACK other than 0x00, a message lost, duplicated or reordered, or a gap
@@ -21,6 +25,7 @@
 //
 //	go run ./cmd/saguin-bench            the full run (about 6-7 minutes)
 //	go run ./cmd/saguin-bench -quick     a smoke run (about 2 minutes)
+//	go run ./cmd/saguin-bench -quick -scenarios latest    the latest figures alone
 package main
 
 import (
@@ -68,9 +73,23 @@ type options struct {
 	mochiQoS1      bool
 	gogc           int
 	timeout        time.Duration
+	scenarios      []string
+	// latest scenarios (latest.go)
+	stateTopics  int
+	fanOutSubs   int
+	fanOutRounds int
+	readClients  []int
 }
 
 func (o options) has(broker string) bool { return slices.Contains(o.brokers, broker) }
+
+// runs reports whether a scenario group was selected with -scenarios.
+func (o options) runs(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
+
+// scenarioGroups are what -scenarios selects from: the throughput table
+// (append, its read-back, broadcast), the replay, the start-up, and the
+// latest channel's figures.
+var scenarioGroups = []string{"throughput", "replay", "startup", "latest"}
 
 // Bounds on what the flags may ask for (invariant 13: a benchmark that
 // allocates per publisher or per record takes no unbounded count).
@@ -90,7 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("saguin-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var pubs, brokers, storages string
+	var pubs, brokers, storages, scenarios, readClients string
 	fs.DurationVar(&o.duration, "duration", defaultDuration, "length of each throughput run (in-flight PUBACKs are still awaited)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke mode: 1s runs, 5,000-record replay and start-up database (explicit flags still win)")
 	fs.StringVar(&pubs, "publishers", "1,8,64", "comma-separated concurrent publisher counts")
@@ -113,6 +132,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.mochiQoS1, "mochi-qos1", true, "try mochi with a QoS 1 subscriber before falling back to QoS 0")
 	fs.IntVar(&o.gogc, "gogc", 400, "GC percent of this process (load generator and in-process mochi)")
 	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "bound on the whole run")
+	fs.StringVar(&scenarios, "scenarios", strings.Join(scenarioGroups, ","), "scenario groups to run: some of "+strings.Join(scenarioGroups, ", "))
+	latestFlags(fs, &o, &readClients)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -141,6 +162,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.storages, err = parseSet(storages, []string{"memory", "sqlite"}); err != nil {
 		return o, fmt.Errorf("-storages: %w", err)
+	}
+	if o.scenarios, err = parseSet(scenarios, scenarioGroups); err != nil {
+		return o, fmt.Errorf("-scenarios: %w", err)
+	}
+	if err := checkLatest(&o, set, readClients); err != nil {
+		return o, err
 	}
 	switch {
 	case o.duration <= 0 || o.duration > maxRunDuration:

@@ -17,7 +17,7 @@ func TestRunMochiOnly(t *testing.T) {
 	var out, errOut bytes.Buffer
 	work := t.TempDir()
 	code := run([]string{"saguin-bench", "-quick", "-brokers", "mochi", "-mochi-qos1=false",
-		"-duration", "300ms", "-publishers", "1,8", "-workdir", work}, &out, &errOut)
+		"-duration", "300ms", "-publishers", "1,8", "-workdir", work, "-scenarios", "throughput"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
@@ -41,6 +41,36 @@ func TestRunMochiOnly(t *testing.T) {
 	}
 }
 
+// The latest scenarios alone against mochi (small sizes): its retained
+// state and fan-out are measured and accounted for, the latest table is
+// printed, no throughput table, and the run exits 0.
+func TestRunMochiLatestOnly(t *testing.T) {
+	var out, errOut bytes.Buffer
+	work := t.TempDir()
+	code := run([]string{"saguin-bench", "-quick", "-brokers", "mochi", "-mochi-qos1=false", "-scenarios", "latest",
+		"-state-topics", "300", "-fanout-subscribers", "40", "-fanout-rounds", "2", "-workdir", work}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	text := out.String()
+	for _, re := range []string{
+		// QoS 1 was not tried (-mochi-qos1=false); QoS 0 always is.
+		`(?m)^\s*state of 300 topics to a new QoS 1 subscriber\s+-\s+-\s+-\s+-\s+-\s+-\s*$`,
+		`(?m)^\s*state of 300 topics to a new QoS 0 subscriber\s+-\s+-\s+\d+\.\d\d\s+-\s+-\s+-\s*$`,
+		// The fan-out at QoS 0 is footnoted as such.
+		`(?m)^\s*fan-out to 40, all received\s+-\s+-\s+\d+\.\d\d \+\s+-\s+-\s+-\s*$`,
+		`(?m)^\s*fan-out, per-subscriber p99\s+-\s+-\s+\d+\.\d\d \+\s+-\s+-\s+-\s*$`,
+		`(?m)^\+ mochi fan-out to QoS 0 subscribers$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("no line matching %s in:\n%s", re, text)
+		}
+	}
+	if strings.Contains(text, "msgs/s: QoS 1 PUBACKs") || !strings.Contains(text, "== saguin failures: none") {
+		t.Errorf("throughput table printed, or failures:\n%s", text)
+	}
+}
+
 func TestFlagsRefused(t *testing.T) {
 	for _, args := range [][]string{
 		{"-publishers", "0"},
@@ -52,6 +82,16 @@ func TestFlagsRefused(t *testing.T) {
 		{"-payload", "8"},
 		{"-replay-records", "0"},
 		{"-startup-runs", "0"},
+		{"-scenarios", "throughput,soak"},
+		{"-scenarios", ""},
+		{"-state-topics", "0"},
+		{"-state-topics", "1000001"},
+		{"-fanout-subscribers", "0"},
+		{"-fanout-subscribers", "10001"},
+		{"-fanout-rounds", "0"},
+		{"-fanout-rounds", "1001"},
+		{"-point-read-clients", "0"},
+		{"-point-read-clients", "1,5000"},
 		{"stray"},
 	} {
 		var out, errOut bytes.Buffer
@@ -66,7 +106,7 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.duration != quickDuration || o.replayRecords != quickReplayRec || o.startupRecords != quickStartupRec {
+	if o.duration != quickDuration || o.replayRecords != quickReplayRec || o.startupRecords != quickStartupRec || o.fanOutRounds != quickFanOutRounds {
 		t.Fatalf("quick: %+v", o)
 	}
 	o, err = parseFlags([]string{"-quick", "-duration", "3s", "-startup-records", "7"}, &bytes.Buffer{})
@@ -83,6 +123,12 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	if o.duration != defaultDuration || o.replayRecords != 100_000 || o.startupRecords != 1_000_000 ||
 		len(o.publishers) != 3 || o.publishers[2] != 64 {
 		t.Fatalf("defaults are not the issue's: %+v", o)
+	}
+	// Issue 5's figures: a 10,000-topic state, fan-out to 1,000, point
+	// reads from 1 and 32 clients; every scenario group runs by default.
+	if o.stateTopics != 10_000 || o.fanOutSubs != 1_000 || o.fanOutRounds != defaultFanOutRounds ||
+		len(o.readClients) != 2 || o.readClients[0] != 1 || o.readClients[1] != 32 || len(o.scenarios) != len(scenarioGroups) {
+		t.Fatalf("latest defaults are not the issue's: %+v", o)
 	}
 }
 
@@ -113,7 +159,7 @@ func TestSaguinConfig(t *testing.T) {
 	if err != nil || !strings.Contains(sq, `file_path: "/d/saguin.db"`) {
 		t.Fatalf("sqlite: %v\n%s", err, sq)
 	}
-	for _, want := range []string{`filter: "events/#"`, `filter: "replay/#"`, `address: "127.0.0.1:0"`, "default_retention_period: none"} {
+	for _, want := range []string{`filter: "events/#"`, `filter: "replay/#"`, "type: latest\n    filter: \"state/#\"", "type: latest\n    filter: \"fanout/#\"", `address: "127.0.0.1:0"`, "default_retention_period: none"} {
 		if !strings.Contains(sq, want) {
 			t.Errorf("configuration lacks %q", want)
 		}

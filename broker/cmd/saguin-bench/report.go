@@ -49,6 +49,7 @@ type results struct {
 	verify    map[string]readCell // storage -> append channel read back
 	replay    map[string]readCell // storage -> replay
 	startup   *startupCell
+	latest    *latestResults
 
 	saguinErrs []string
 	refErrs    []string
@@ -61,6 +62,7 @@ func newResults() *results {
 		mosquitto: map[int]cell{},
 		verify:    map[string]readCell{},
 		replay:    map[string]readCell{},
+		latest:    newLatestResults(),
 	}
 }
 
@@ -97,6 +99,60 @@ func (b *bench) report(total time.Duration) {
 	if b.o.has("mosquitto") {
 		fmt.Fprintf(w, "mosquitto: %s (%s), generated config: listener on 127.0.0.1, allow_anonymous true\n", orUnknown(b.mosqVer), b.o.mosquitto)
 	}
+	if b.o.runs("throughput") {
+		b.reportThroughput()
+	}
+	if b.o.has("saguin") && (b.o.runs("replay") || b.o.runs("throughput") && b.o.verifyAppend || b.o.runs("startup") && r.startup != nil) {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "channel\tstorage\tfigure\t")
+		if b.o.runs("replay") {
+			for _, storage := range b.o.storages {
+				fmt.Fprintf(tw, "replay of %s records, 1 consumer\t%s\t%s\t\n", commas(float64(b.o.replayRecords)), storage, readFigure(r.replay[storage], "records/s"))
+			}
+		}
+		if b.o.runs("throughput") && b.o.verifyAppend {
+			for _, storage := range b.o.storages {
+				fmt.Fprintf(tw, "append channel read back (all runs)\t%s\t%s\t\n", storage, readFigure(r.verify[storage], "records/s"))
+			}
+		}
+		if st := r.startup; st != nil {
+			fmt.Fprintf(tw, "start-up over %s records\tsqlite\t%s\t\n", commas(float64(st.records)), startupFigure(st))
+		}
+		_ = tw.Flush()
+	}
+	if b.o.runs("latest") {
+		b.reportLatest()
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "== targets")
+	b.targets()
+
+	if len(r.refErrs) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "== reference broker failures (not Sagüin's; the figures above say what was measured instead)")
+		for _, e := range r.refErrs {
+			fmt.Fprintf(w, "- %s\n", oneLine(e, 400))
+		}
+	}
+	fmt.Fprintln(w)
+	if len(r.saguinErrs) > 0 {
+		fmt.Fprintf(w, "== saguin failures: %d\n", len(r.saguinErrs))
+		for _, e := range r.saguinErrs {
+			fmt.Fprintf(w, "- %s\n", e)
+		}
+	} else {
+		fmt.Fprintln(w, "== saguin failures: none")
+	}
+	fmt.Fprintf(w, "total time: %s\n", total.Round(time.Second))
+}
+
+// reportThroughput prints the throughput table: one row per scenario and
+// publisher count, the reference brokers' broadcast beside each.
+func (b *bench) reportThroughput() {
+	r := b.results
+	w := b.out
 	fmt.Fprintln(w, "msgs/s: QoS 1 PUBACKs per second; where a subscriber is attached (every broadcast, and every mochi and")
 	fmt.Fprintln(w, "mosquitto figure) until the last message reached it, every message accounted for exactly once, with")
 	fmt.Fprintf(w, "publishers held back while it was %d behind (-max-lag), so the figure is the delivery rate sustained.\n", b.o.maxLag)
@@ -131,46 +187,6 @@ func (b *bench) report(total time.Duration) {
 	for i, n := range notes {
 		fmt.Fprintf(w, "%s %s\n", strings.Repeat("*", i+1), n)
 	}
-
-	if b.o.has("saguin") {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "channel\tstorage\tfigure\t")
-		for _, storage := range b.o.storages {
-			fmt.Fprintf(tw, "replay of %s records, 1 consumer\t%s\t%s\t\n", commas(float64(b.o.replayRecords)), storage, readFigure(r.replay[storage], "records/s"))
-		}
-		if b.o.verifyAppend {
-			for _, storage := range b.o.storages {
-				fmt.Fprintf(tw, "append channel read back (all runs)\t%s\t%s\t\n", storage, readFigure(r.verify[storage], "records/s"))
-			}
-		}
-		if st := r.startup; st != nil {
-			fmt.Fprintf(tw, "start-up over %s records\tsqlite\t%s\t\n", commas(float64(st.records)), startupFigure(st))
-		}
-		_ = tw.Flush()
-	}
-
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "== targets")
-	b.targets()
-
-	if len(r.refErrs) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "== reference broker failures (not Sagüin's; the figures above say what was measured instead)")
-		for _, e := range r.refErrs {
-			fmt.Fprintf(w, "- %s\n", oneLine(e, 400))
-		}
-	}
-	fmt.Fprintln(w)
-	if len(r.saguinErrs) > 0 {
-		fmt.Fprintf(w, "== saguin failures: %d\n", len(r.saguinErrs))
-		for _, e := range r.saguinErrs {
-			fmt.Fprintf(w, "- %s\n", e)
-		}
-	} else {
-		fmt.Fprintln(w, "== saguin failures: none")
-	}
-	fmt.Fprintf(w, "total time: %s\n", total.Round(time.Second))
 }
 
 // scenarios lists the table's row groups in order.
@@ -201,7 +217,9 @@ func (b *bench) targets() {
 		}
 		return "MISSED"
 	}
-	if slices.Contains(b.o.storages, "sqlite") && slices.Contains(b.o.publishers, 64) {
+	if !b.o.runs("throughput") {
+		fmt.Fprintln(w, "append on sqlite, 64 publishers: not run (-scenarios without throughput)")
+	} else if slices.Contains(b.o.storages, "sqlite") && slices.Contains(b.o.publishers, 64) {
 		c := r.saguin["append sqlite"][64]
 		if c.ok {
 			fmt.Fprintf(w, "append on sqlite, 64 publishers >= %s msgs/s: %s msgs/s, %s\n", commas(targetAppendSqlite64), commas(c.rate), verdict(c.rate >= targetAppendSqlite64))
@@ -212,6 +230,10 @@ func (b *bench) targets() {
 		fmt.Fprintln(w, "append on sqlite, 64 publishers: not run (needs -storages with sqlite and -publishers with 64)")
 	}
 	for _, storage := range b.o.storages {
+		if !b.o.runs("replay") {
+			fmt.Fprintln(w, "replay: not run (-scenarios without replay)")
+			break
+		}
 		c := r.replay[storage]
 		note := ""
 		if b.o.replayRecords != defaultReplayRec {
@@ -230,6 +252,8 @@ func (b *bench) targets() {
 			note = fmt.Sprintf(" (over %s records, not %s)", commas(float64(st.records)), commas(defaultStartupRec))
 		}
 		fmt.Fprintf(w, "start-up < %s: median %s, %s%s\n", targetStartup, med.Round(time.Millisecond), verdict(med < targetStartup), note)
+	} else if !b.o.runs("startup") {
+		fmt.Fprintln(w, "start-up: not run (-scenarios without startup)")
 	} else if b.o.startupRecords > 0 {
 		fmt.Fprintf(w, "start-up < %s: no figure\n", targetStartup)
 	} else {

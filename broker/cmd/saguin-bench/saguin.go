@@ -110,8 +110,11 @@ func saguinVersion(ctx context.Context, bin string) string {
 // saguinConfig is a minimal configuration: one provider of the given type,
 // an append channel for the throughput runs (events/#) and one for the
 // replay (replay/#), so the replay reads exactly the records published for
-// it. Retention is off: nothing may leave a channel while it is accounted
-// for. log_level info, because the listening line is logged at info.
+// it, and two latest channels: state (state/#), whose state and point
+// reads are measured, and fanout (fanout/#), kept apart so a fan-out
+// subscriber is sent no state. Retention is off: nothing may leave a
+// channel while it is accounted for. log_level info, because the listening
+// line is logged at info.
 func saguinConfig(storage, dataDir string) (string, error) {
 	var provider string
 	switch storage {
@@ -144,6 +147,12 @@ channels:
   replay:
     type: append
     filter: "replay/#"
+  state:
+    type: latest
+    filter: "state/#"
+  fanout:
+    type: latest
+    filter: "fanout/#"
 `, provider), nil
 }
 

@@ -48,6 +48,11 @@ func (b *bench) header(ctx context.Context) {
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), b.dir, fs)
 	fmt.Fprintf(b.out, "load: QoS 1, %d-byte payloads, %d in flight per publisher, %s per run, publishers %v; subscriber Receive Maximum %d, at most %d messages behind; GOGC %d\n",
 		b.o.payload, b.o.window, b.o.duration, b.o.publishers, b.o.receiveMax, b.o.maxLag, b.o.gogc)
+	fmt.Fprintf(b.out, "scenarios: %s\n", strings.Join(b.o.scenarios, ", "))
+	if b.o.runs("latest") {
+		fmt.Fprintf(b.out, "latest: state of %d topics; fan-out to %d subscribers, %d rounds after a warm-up; point reads from %v clients for %s each\n",
+			b.o.stateTopics, b.o.fanOutSubs, b.o.fanOutRounds, b.o.readClients, b.o.duration)
+	}
 	fmt.Fprintln(b.out)
 }
 
@@ -73,13 +78,23 @@ func (b *bench) progress(format string, args ...any) {
 }
 
 func (b *bench) runAll(ctx context.Context) {
-	if b.o.has("mosquitto") && ctx.Err() == nil {
+	if b.o.has("mosquitto") && b.o.runs("throughput") && ctx.Err() == nil {
 		b.runMosquitto(ctx)
 	}
-	if b.o.has("mochi") && ctx.Err() == nil {
+	if b.o.has("mosquitto") && b.o.runs("latest") && ctx.Err() == nil {
+		b.runMosquittoLatest(ctx)
+	}
+	if b.o.has("mochi") && b.o.runs("throughput") && ctx.Err() == nil {
 		b.runMochi(ctx)
 	}
+	if b.o.has("mochi") && b.o.runs("latest") && ctx.Err() == nil {
+		b.runMochiLatest(ctx)
+	}
 	if !b.o.has("saguin") || ctx.Err() != nil {
+		return
+	}
+	perStorage := b.o.runs("throughput") || b.o.runs("replay") || b.o.runs("latest")
+	if !perStorage && !(b.o.runs("startup") && b.o.startupRecords > 0) {
 		return
 	}
 	bin := b.o.saguinBin
@@ -93,12 +108,12 @@ func (b *bench) runAll(ctx context.Context) {
 	}
 	b.saguinRev = saguinVersion(ctx, bin)
 	for _, storage := range b.o.storages {
-		if ctx.Err() != nil {
-			return
+		if ctx.Err() != nil || !perStorage {
+			break // startup alone needs no per-storage broker
 		}
 		b.runSaguin(ctx, bin, storage)
 	}
-	if b.o.startupRecords > 0 && ctx.Err() == nil {
+	if b.o.runs("startup") && b.o.startupRecords > 0 && ctx.Err() == nil {
 		b.runStartup(ctx, bin)
 	}
 }
@@ -242,8 +257,9 @@ func (b *bench) mochiRun(ctx context.Context, pubs int, qos0 bool) (loadgen.Resu
 	return res, err
 }
 
-// runSaguin measures one storage provider: append throughput, then the
-// channel read back and accounted for, then broadcast, then the replay.
+// runSaguin measures one storage provider on one broker process: append
+// throughput, the channel read back and accounted for, broadcast, the
+// replay, then the latest scenarios - each as -scenarios selects.
 func (b *bench) runSaguin(ctx context.Context, bin, storage string) {
 	fmt.Fprintf(b.out, "saguin, %s storage\n", storage)
 	cfgPath, err := writeConfig(storage, filepath.Join(b.dir, "saguin-"+storage))
@@ -262,7 +278,20 @@ func (b *bench) runSaguin(ctx context.Context, bin, storage string) {
 		}
 	}()
 	b.progress("listening on %s after %s", p.addr, p.ready.Round(time.Millisecond))
+	if b.o.runs("throughput") {
+		b.runSaguinThroughput(ctx, p, storage)
+	}
+	if b.o.runs("replay") && ctx.Err() == nil {
+		b.replay(ctx, p, storage)
+	}
+	if b.o.runs("latest") && ctx.Err() == nil {
+		b.runSaguinLatest(ctx, p, storage)
+	}
+}
 
+// runSaguinThroughput measures append throughput, reads the channel back,
+// then measures broadcast.
+func (b *bench) runSaguinThroughput(ctx context.Context, p *saguinProc, storage string) {
 	appendScenario := "append " + storage
 	ledger := loadgen.NewLedger()
 	allOK := true
@@ -298,9 +327,6 @@ func (b *bench) runSaguin(ctx context.Context, bin, storage string) {
 		}
 		b.results.setSaguin(broadcastScenario, pubs, cell{rate: res.Rate(), ok: true})
 		b.progress("%s, %s: %s", broadcastScenario, publishers(pubs), describe(res))
-	}
-	if ctx.Err() == nil {
-		b.replay(ctx, p, storage)
 	}
 }
 

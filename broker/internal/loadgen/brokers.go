@@ -19,6 +19,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // The reference brokers a Sagüin measurement is set beside.
@@ -31,6 +32,7 @@ const MochiVersion = mqtt.Version
 type Mochi struct {
 	server *mqtt.Server
 	addr   string
+	id     string // the listener's
 }
 
 // StartMochi starts a bare mochi server. Its logger is the one option set:
@@ -43,7 +45,8 @@ func StartMochi() (*Mochi, error) {
 	if err := s.AddHook(new(auth.AllowHook), nil); err != nil {
 		return nil, fmt.Errorf("mochi: allow hook: %w", err)
 	}
-	l := listeners.NewTCP(listeners.Config{ID: "bench", Address: "127.0.0.1:0"})
+	const id = "bench"
+	l := listeners.NewTCP(listeners.Config{ID: id, Address: "127.0.0.1:0"})
 	if err := s.AddListener(l); err != nil {
 		return nil, fmt.Errorf("mochi: listener: %w", err)
 	}
@@ -51,7 +54,7 @@ func StartMochi() (*Mochi, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("mochi: serve: %w", err)
 	}
-	return &Mochi{server: s, addr: l.Address()}, nil
+	return &Mochi{server: s, addr: l.Address(), id: id}, nil
 }
 
 // Addr is the listener's host:port.
@@ -64,6 +67,13 @@ func (m *Mochi) Addr() string { return m.addr }
 func (m *Mochi) Close(timeout time.Duration) error {
 	done := make(chan struct{})
 	go func() {
+		// mochi's own closer lists a listener's clients taking the clients'
+		// read lock twice (Clients.GetByListener calls Len under RLock), so
+		// a client detaching at that moment queues a writer between the two
+		// and the close hangs for ever. The listener is ended first with a
+		// closer that takes the lock once; a listener runs its closer only
+		// once, so Server.Close no longer calls mochi's.
+		m.server.Listeners.Close(m.id, m.disconnectAll)
 		_ = m.server.Close()
 		close(done)
 	}()
@@ -72,6 +82,14 @@ func (m *Mochi) Close(timeout time.Duration) error {
 		return nil
 	case <-time.After(timeout):
 		return fmt.Errorf("mochi did not close within %s (its goroutines are deadlocked)", timeout)
+	}
+}
+
+func (m *Mochi) disconnectAll(string) {
+	for _, cl := range m.server.Clients.GetAll() {
+		if !cl.Closed() {
+			_ = m.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
 	}
 }
 

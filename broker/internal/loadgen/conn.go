@@ -1,7 +1,10 @@
 // Package loadgen drives an MQTT 5 broker and checks what comes back: QoS 1
 // publishers (stock paho.golang clients) that count PUBACKs, a subscriber
 // that accounts for every published message, and a channel reader that
-// times a replay and checks its saguin-offset sequence. The receiving side
+// times a replay and checks its saguin-offset sequence; for current state
+// (latest.go, fanout.go, pointread.go), a topic set's values published and
+// read back whole by a new subscriber, one publish fanned out to many
+// subscribers, and point reads matched to their answers. The receiving side
 // is a small MQTT 5 client of its own, because paho's receive path is
 // slower than the replay rate the benchmark has to measure (subscriber.go
 // says by how much). Nothing here knows Sagüin beyond the User Properties a

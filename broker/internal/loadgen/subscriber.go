@@ -37,6 +37,7 @@ type subscriber struct {
 	w   *bufio.Writer
 
 	onPublish func(*delivery)
+	onPuback  func(id uint16, reason byte)
 	maxPacket uint32
 	// ackEvery is how many PUBACKs may wait for the buffer to run dry
 	// before they are sent anyway: under a continuous stream the buffer
@@ -55,9 +56,12 @@ type subscriber struct {
 type delivery struct {
 	Topic    []byte
 	QoS      byte
+	Retain   bool
 	PacketID uint16
 	Payload  []byte
-	user     [][2][]byte
+	// Correlation is the Correlation Data property, nil when absent.
+	Correlation []byte
+	user        [][2][]byte
 }
 
 // Prop returns the value of the first User Property named key, or nil.
@@ -79,6 +83,15 @@ type subscriberOptions struct {
 	QoS            byte // 0 or 1
 	Timeout        time.Duration
 	OnPublish      func(*delivery)
+	// OnPuback, if set, receives the PUBACKs of publishes sent with
+	// send (the reason code is 0x00 when the PUBACK omits it); without it
+	// a PUBACK ends the connection as an unexpected packet.
+	OnPuback func(id uint16, reason byte)
+	// ReadBuffer is the socket read buffer; 0 = readBufferSize. A fan-out
+	// of a thousand subscribers that each receive a few small messages
+	// takes a small one, so the run's memory does not grow by 64 KiB a
+	// connection.
+	ReadBuffer int
 }
 
 // maxSubscriberPacket is the Maximum Packet Size the subscriber announces:
@@ -104,11 +117,16 @@ func dialSubscriber(ctx context.Context, addr string, o subscriberOptions) (*sub
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	rbuf, wbuf := readBufferSize, 16<<10
+	if o.ReadBuffer > 0 {
+		rbuf, wbuf = min(o.ReadBuffer, readBufferSize), min(o.ReadBuffer, wbuf)
+	}
 	s := &subscriber{
 		conn:      conn,
-		r:         bufio.NewReaderSize(conn, readBufferSize),
-		w:         bufio.NewWriterSize(conn, 16<<10),
+		r:         bufio.NewReaderSize(conn, rbuf),
+		w:         bufio.NewWriterSize(conn, wbuf),
 		onPublish: o.OnPublish,
+		onPuback:  o.OnPuback,
 		maxPacket: maxSubscriberPacket,
 		ackEvery:  ackBatch(o.ReceiveMaximum),
 		done:      make(chan struct{}),
@@ -271,6 +289,20 @@ func (s *subscriber) readLoop() {
 				}
 				pending++
 			}
+		case packets.PUBACK:
+			if s.onPuback == nil {
+				s.err = errors.New("PUBACK for a publish this connection never sent")
+				return
+			}
+			if len(body) < 2 {
+				s.err = errors.New("PUBACK without a packet identifier")
+				return
+			}
+			reason := byte(0) // MQTT 5 §3.4.2.1: omitted means Success
+			if len(body) > 2 {
+				reason = body[2]
+			}
+			s.onPuback(binary.BigEndian.Uint16(body), reason)
 		case packets.PINGRESP:
 		case packets.DISCONNECT:
 			reason := byte(0)
@@ -284,6 +316,17 @@ func (s *subscriber) readLoop() {
 			return
 		}
 	}
+}
+
+// send writes one whole packet the caller encoded and flushes it (with
+// any PUBACKs waiting in the buffer). It is safe beside the read loop.
+func (s *subscriber) send(packet []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if _, err := s.w.Write(packet); err != nil {
+		return err
+	}
+	return s.w.Flush()
 }
 
 func (s *subscriber) flush() error {
@@ -355,6 +398,7 @@ func readVBI(r io.ByteReader) (int, error) {
 func decodePublish(first byte, body []byte, d *delivery) error {
 	*d = delivery{user: d.user[:0]}
 	d.QoS = (first >> 1) & 3
+	d.Retain = first&1 != 0
 	if d.QoS > 1 {
 		return fmt.Errorf("PUBLISH at QoS %d on a subscription of at most QoS 1", d.QoS)
 	}
@@ -396,10 +440,15 @@ func decodePublish(first byte, body []byte, d *delivery) error {
 			props = props[4:]
 		case 0x23: // Topic Alias: never announced a maximum, so never valid
 			return errors.New("PUBLISH carries a Topic Alias the client never allowed")
-		case 0x08, 0x03, 0x09: // Response Topic, Content Type, Correlation Data
+		case 0x08, 0x03: // Response Topic, Content Type
 			var err error
 			if _, props, err = takeString(props); err != nil {
 				return fmt.Errorf("PUBLISH property 0x%02x: %w", id, err)
+			}
+		case 0x09: // Correlation Data
+			var err error
+			if d.Correlation, props, err = takeString(props); err != nil {
+				return fmt.Errorf("PUBLISH correlation data: %w", err)
 			}
 		case 0x0B: // Subscription Identifier
 			_, n, err := vbiFrom(props)
