@@ -11,7 +11,8 @@
 // rfcs/chaos-harness.md for the check that catches each).
 //
 // A long -duration is run as consecutive campaigns (epochs) of at most
-// -epoch each, seeds seed, seed+1, ...: every history stays small enough to
+// -epoch each, alternating between the providers, seeds seed, seed+1, ...
+// (-duration is the total, not per provider): every history stays small enough to
 // check, and a failure names the one seed that replays it. Each campaign's
 // history, notes, broker log and (on failure) porcupine visualisation are
 // written under -out.
@@ -133,15 +134,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var plans []plan
 	next := *seed
+	var provs []string
 	for _, p := range strings.Split(*providers, ",") {
-		p = strings.TrimSpace(p)
-		if *cycles > 0 {
+		provs = append(provs, strings.TrimSpace(p))
+	}
+	if *cycles > 0 {
+		for _, p := range provs {
 			plans = append(plans, plan{p, next, *duration})
 			next++
-			continue
 		}
-		for left := *duration; left > 0; left -= *epoch {
-			plans = append(plans, plan{p, next, min(left, *epoch)})
+	} else {
+		// -duration is the whole run: epochs alternate between the
+		// providers, so a one-hour run is one hour, shared by both.
+		for i, left := 0, *duration; left > 0; i, left = i+1, left-*epoch {
+			plans = append(plans, plan{provs[i%len(provs)], next, min(left, *epoch)})
 			next++
 		}
 	}
