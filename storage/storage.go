@@ -208,10 +208,11 @@ type QueueStore interface {
 }
 
 // ValueStore keeps one current value per topic: the broadcast retained store
-// (broker.retained) now, and latest channels when they land. Values are
-// records: a Put stores the record under its topic, taking the store's next
-// offset (monotonic, never reused: invariant 9), and replaces any earlier
-// value of that topic in the same transaction.
+// (broker.retained) and latest channels. Values are records: a Put stores the
+// record under its topic, taking the store's next offset (monotonic, never
+// reused: invariant 9), and replaces any earlier value of that topic in the
+// same transaction. A record with an empty payload is a value like any other
+// (a latest channel keeps its deletions that way, as tombstones).
 type ValueStore interface {
 	// Put stores rec as its topic's current value and returns it as stored
 	// (with its offset). ErrFull when the provider bound (less the reserve)
@@ -219,6 +220,18 @@ type ValueStore interface {
 	Put(rec Record) (Record, error)
 	// Remove deletes a topic's value; reports whether there was one.
 	Remove(topic string) (bool, error)
+	// RemoveIf deletes a topic's value only while it is still the one
+	// stored at offset; reports whether it removed it. A sweep that judged
+	// a value too old cannot remove the newer one a publish put in its
+	// place meanwhile.
+	RemoveIf(topic string, offset uint64) (bool, error)
+	// Since returns up to max current values whose offset is >= from, in
+	// offset order, read in one snapshot. Offsets are committed in order,
+	// so a reader that goes on from the last offset it was given + 1 sees
+	// every value put after its previous call that is still current — a
+	// replaced value is never returned, its replacement is (at a higher
+	// offset). A latest channel's consumers read their changes this way.
+	Since(from uint64, max int) ([]Record, error)
 	// Get returns a topic's value.
 	Get(topic string) (Record, bool, error)
 	// Scan calls fn for every value in topic order until fn returns false.

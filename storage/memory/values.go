@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,18 +15,30 @@ import (
 // without stalling a Put.
 const scanPage = 256
 
-// valueStore keeps one current value per topic (the retained store; latest
-// channels later). vals is ordered by topic, byte-wise, so Get is a binary
-// search and Scan walks it in order; it holds pointers so inserting a new
-// topic moves eight bytes per value, not a whole record.
+// valueStore keeps one current value per topic (the retained store, latest
+// channels). vals is ordered by topic, byte-wise, so Get is a binary search
+// and Scan walks it in order; it holds pointers so inserting a new topic
+// moves eight bytes per value, not a whole record. byOffset holds the same
+// values in offset order for Since: a Put appends (its offset is the
+// highest), and a replaced or removed value leaves a hole there, compacted
+// away once holes outnumber the values.
 type valueStore struct {
 	p    *Provider
 	name string
 
-	mu    sync.RWMutex
-	vals  []*storage.Record
-	next  uint64 // stored, never derived from vals (invariant 9)
-	bytes int64
+	mu       sync.RWMutex
+	vals     []*storage.Record
+	byOffset []offsetEntry
+	holes    int
+	next     uint64 // stored, never derived from vals (invariant 9)
+	bytes    int64
+}
+
+// offsetEntry is one value in offset order; rec is nil once the value was
+// replaced or removed (a hole).
+type offsetEntry struct {
+	off uint64
+	rec *storage.Record
 }
 
 var _ storage.ValueStore = (*valueStore)(nil)
@@ -78,13 +91,43 @@ func (v *valueStore) Put(rec storage.Record) (storage.Record, error) {
 	rec.Offset = v.next
 	v.next++
 	stored := &rec
+	v.byOffset = append(v.byOffset, offsetEntry{off: rec.Offset, rec: stored})
 	if found {
+		replaced := v.vals[i].Offset
 		v.vals[i] = stored
+		v.unindex(replaced) // after vals is current: it may reindex from vals
 	} else {
 		v.vals = slices.Insert(v.vals, i, stored)
 	}
 	v.bytes += size - old
 	return rec, nil
+}
+
+// unindex turns the offset-order entry of a value that has left vals into
+// a hole, and compacts the index (from vals) once holes outnumber the
+// values. Caller holds the write lock.
+func (v *valueStore) unindex(off uint64) {
+	j, found := slices.BinarySearchFunc(v.byOffset, off, func(e offsetEntry, o uint64) int {
+		return cmp.Compare(e.off, o)
+	})
+	if !found || v.byOffset[j].rec == nil {
+		return
+	}
+	v.byOffset[j].rec = nil
+	v.holes++
+	if v.holes > 64 && v.holes > len(v.vals) {
+		v.reindex()
+	}
+}
+
+// reindex rebuilds byOffset from vals, with no holes.
+func (v *valueStore) reindex() {
+	v.byOffset = make([]offsetEntry, len(v.vals))
+	for i, r := range v.vals {
+		v.byOffset[i] = offsetEntry{off: r.Offset, rec: r}
+	}
+	slices.SortFunc(v.byOffset, func(a, b offsetEntry) int { return cmp.Compare(a.off, b.off) })
+	v.holes = 0
 }
 
 // Remove deletes a topic's value and gives its bytes back. Never refused
@@ -99,14 +142,57 @@ func (v *valueStore) Remove(topic string) (bool, error) {
 	if !found {
 		return false, nil
 	}
-	size := v.vals[i].Size()
+	v.removeAt(i)
+	return true, nil
+}
+
+// RemoveIf deletes a topic's value only while it is the one at offset.
+func (v *valueStore) RemoveIf(topic string, offset uint64) (bool, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.p.closed.Load() {
+		return false, v.errf("%w", storage.ErrClosed)
+	}
+	i, found := v.find(topic)
+	if !found || v.vals[i].Offset != offset {
+		return false, nil
+	}
+	v.removeAt(i)
+	return true, nil
+}
+
+// removeAt removes vals[i] and gives its bytes back. Caller holds the
+// write lock.
+func (v *valueStore) removeAt(i int) {
+	size, off := v.vals[i].Size(), v.vals[i].Offset
 	v.vals = slices.Delete(v.vals, i, i+1)
+	v.unindex(off) // after vals is current: it may reindex from vals
 	v.bytes -= size
 	v.p.bytes.Add(-size)
 	if cap(v.vals) > 4*max(len(v.vals), 256) { // far larger than what is held
 		v.vals = slices.Clip(slices.Clone(v.vals))
 	}
-	return true, nil
+}
+
+// Since returns up to max current values with offset >= from, in offset
+// order, under one read lock (one snapshot). The records share memory with
+// the store and must not be modified.
+func (v *valueStore) Since(from uint64, max int) ([]storage.Record, error) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if v.p.closed.Load() {
+		return nil, v.errf("%w", storage.ErrClosed)
+	}
+	j, _ := slices.BinarySearchFunc(v.byOffset, from, func(e offsetEntry, o uint64) int {
+		return cmp.Compare(e.off, o)
+	})
+	var out []storage.Record
+	for ; j < len(v.byOffset) && len(out) < max; j++ {
+		if r := v.byOffset[j].rec; r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out, nil
 }
 
 // Get returns a topic's value. The record shares memory with the store
@@ -210,5 +296,6 @@ func (v *valueStore) checkLoaded() error {
 			return fmt.Errorf("value store %q: value offset %d held twice", v.name, offs[i])
 		}
 	}
+	v.reindex()
 	return nil
 }

@@ -31,6 +31,7 @@ const (
 	stDropPosition
 	stValueSize
 	stDeleteValue
+	stDeleteValueAt
 	stInsertValue
 	stPageCount
 	// Reads (prepared on the read pool too).
@@ -44,6 +45,7 @@ const (
 	stPositions
 	stValue
 	stValuesAfter
+	stValuesSince
 	numStmts
 )
 
@@ -74,6 +76,8 @@ var stmtSQL = [numStmts]string{
 	stDropPosition: `DELETE FROM positions WHERE channel = ? AND reader = ?`,
 	stValueSize:    `SELECT size FROM latest_values WHERE channel = ? AND topic = ?`,
 	stDeleteValue:  `DELETE FROM latest_values WHERE channel = ? AND topic = ? RETURNING size`,
+	// RemoveIf: the value goes only while it is still the one at that offset.
+	stDeleteValueAt: `DELETE FROM latest_values WHERE channel = ? AND topic = ? AND "offset" = ? RETURNING size`,
 	stInsertValue: `INSERT INTO latest_values (channel, ` + recordColumns + `, size)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	stPageCount:      `PRAGMA page_count`,
@@ -87,6 +91,8 @@ var stmtSQL = [numStmts]string{
 	stPositions:      `SELECT reader, "offset", last_seen, expiry FROM positions WHERE channel = ? ORDER BY reader`,
 	stValue:          `SELECT ` + recordColumns + ` FROM latest_values WHERE channel = ? AND topic = ?`,
 	stValuesAfter:    `SELECT ` + recordColumns + ` FROM latest_values WHERE channel = ? AND topic > ? ORDER BY topic LIMIT ?`,
+	// Since: served by the UNIQUE (channel, offset) index.
+	stValuesSince: `SELECT ` + recordColumns + ` FROM latest_values WHERE channel = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?`,
 }
 
 type stmtSet [numStmts]*sql.Stmt

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 
 	"saguin.dev/storage"
 )
@@ -43,11 +44,27 @@ func (v *valueStore) Put(rec storage.Record) (storage.Record, error) {
 // Remove deletes a topic's value in its own transaction. It may use the
 // reserve: removing only frees. next does not move back (invariant 9).
 func (v *valueStore) Remove(topic string) (bool, error) {
+	return v.remove(topic, func(ctx context.Context, w *writer) *sql.Row {
+		return w.st[stDeleteValue].QueryRowContext(ctx, v.ch.id, topic)
+	})
+}
+
+// RemoveIf deletes a topic's value only while it is the one at offset, in
+// one statement, so a value put in its place meanwhile stays.
+func (v *valueStore) RemoveIf(topic string, offset uint64) (bool, error) {
+	return v.remove(topic, func(ctx context.Context, w *writer) *sql.Row {
+		return w.st[stDeleteValueAt].QueryRowContext(ctx, v.ch.id, topic, int64(offset))
+	})
+}
+
+// remove runs one deleting statement (RETURNING the size) as a relief
+// transaction of its own and moves the counters once it commits.
+func (v *valueStore) remove(topic string, del func(ctx context.Context, w *writer) *sql.Row) (bool, error) {
 	existed := false
 	err := v.p.do(func(w *writer) error {
 		var size int64
 		err := w.txn(true, func(ctx context.Context) error {
-			err := w.st[stDeleteValue].QueryRowContext(ctx, v.ch.id, topic).Scan(&size)
+			err := del(ctx, w).Scan(&size)
 			if errors.Is(err, sql.ErrNoRows) {
 				return errNoChange
 			}
@@ -137,6 +154,41 @@ func (v *valueStore) Scan(fn func(storage.Record) bool) error {
 		}
 		after = page[len(page)-1].Topic
 	}
+}
+
+// Since returns up to max current values with offset >= from, in offset
+// order, in one read transaction (one snapshot). The writer commits offsets
+// in order, so what one call does not see has a higher offset than what it
+// returned.
+func (v *valueStore) Since(from uint64, max int) ([]storage.Record, error) {
+	if from > math.MaxInt64 {
+		return nil, nil
+	}
+	var out []storage.Record
+	err := v.p.read(func(ctx context.Context, q querier) error {
+		out = out[:0]
+		rows, err := q.query(ctx, stValuesSince, v.ch.id, int64(from), max)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s recordScan
+			if err := rows.Scan(s.recordDest()...); err != nil {
+				return err
+			}
+			r, err := s.record()
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, v.p.wrap("read the values of "+v.ch.name+" since an offset", err)
+	}
+	return out, nil
 }
 
 // Len is how many values are held.

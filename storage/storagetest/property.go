@@ -106,6 +106,24 @@ func (m *model) RemoveValue(t *rapid.T) {
 	delete(m.vals, topic)
 }
 
+// RemoveValueIf removes a value only at the offset drawn: the current one
+// or a stale one (which must leave the value in place).
+func (m *model) RemoveValueIf(t *rapid.T) {
+	topic := valueTopic(t)
+	cur, held := m.vals[topic]
+	off := uint64(rapid.IntRange(1, int(m.vnext)).Draw(t, "offset"))
+	if held && rapid.Bool().Draw(t, "current offset") {
+		off = cur.Offset
+	}
+	want := held && cur.Offset == off
+	if ok, err := m.v.RemoveIf(topic, off); ok != want || err != nil {
+		t.Fatalf("RemoveIf(%s, %d) = %v, %v; model %v", topic, off, ok, err, want)
+	}
+	if want {
+		delete(m.vals, topic)
+	}
+}
+
 func (m *model) record(t *rapid.T) storage.Record {
 	m.seq++
 	m.clock = m.clock.Add(time.Duration(rapid.IntRange(-5, 10).Draw(t, "clock step")) * time.Second)
@@ -353,5 +371,27 @@ func (m *model) checkValues(t *rapid.T) {
 	}
 	if d := recordsDiff(want, got); d != "" {
 		t.Fatalf("values: Scan: %s", d)
+	}
+	// Since from the start, the end, and either side of every value: the
+	// current values at or above it, in offset order.
+	froms := []uint64{0, 1, m.vnext}
+	for _, r := range want {
+		froms = append(froms, r.Offset, r.Offset+1)
+	}
+	for _, from := range froms {
+		since, err := m.v.Since(from, len(want)+1)
+		if err != nil {
+			t.Fatalf("values: Since(%d): %v", from, err)
+		}
+		var exp []storage.Record
+		for _, r := range want {
+			if r.Offset >= from {
+				exp = append(exp, r)
+			}
+		}
+		slices.SortFunc(exp, func(a, b storage.Record) int { return cmpOffset(a.Offset, b.Offset) })
+		if d := recordsDiff(exp, since); d != "" {
+			t.Fatalf("values: Since(%d): %s", from, d)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"saguin.dev/storage"
 )
@@ -21,6 +22,9 @@ var ValueCases = []Case{
 	{"ValuesConcurrentPutsKeepTheLastOffset", ValuesConcurrentPuts},
 	{"ValuesNameIsOneKind", ValuesNameIsOneKind},
 	{"ValuesClosed", ValuesClosed},
+	{"ValuesSinceInOffsetOrder", ValuesSinceInOffsetOrder},
+	{"ValuesRemoveIfOnlyTheValueAtThatOffset", ValuesRemoveIf},
+	{"Invariant09_ValuesEmptyPayloadIsAValueWithItsOwnOffset", ValuesEmptyPayload},
 }
 
 func (h *harness) values(name string) storage.ValueStore {
@@ -484,8 +488,179 @@ func ValuesClosed(t *testing.T, open OpenFunc) {
 	wantErr(t, "Get after Close", err, storage.ErrClosed)
 	err = v.Scan(func(storage.Record) bool { return true })
 	wantErr(t, "Scan after Close", err, storage.ErrClosed)
+	_, err = v.Since(1, 10)
+	wantErr(t, "Since after Close", err, storage.ErrClosed)
+	_, err = v.RemoveIf(stored.Topic, stored.Offset)
+	wantErr(t, "RemoveIf after Close", err, storage.ErrClosed)
 	_, err = h.p.Values("retained")
 	wantErr(t, "Provider.Values after Close", err, storage.ErrClosed)
 	h.p = h.open(t, h.dir, h.opts)
 	checkValues(t, "reopened", h.values("retained"), 2, []storage.Record{stored})
+}
+
+// sinceAll reads the whole store from offset from with Since, in pages of
+// page values, going on from the last offset each page returned.
+func sinceAll(t *testing.T, v storage.ValueStore, from uint64, page int) []storage.Record {
+	t.Helper()
+	var out []storage.Record
+	for calls := 0; ; calls++ {
+		if calls > 100000 {
+			t.Fatal("Since never ran out of values")
+		}
+		got, err := v.Since(from, page)
+		if err != nil {
+			t.Fatalf("Since(%d, %d): %v", from, page, err)
+		}
+		if len(got) > page {
+			t.Fatalf("Since(%d, %d) returned %d values", from, page, len(got))
+		}
+		out = append(out, got...)
+		if len(got) < page {
+			return out
+		}
+		from = got[len(got)-1].Offset + 1
+	}
+}
+
+// byOffset is want sorted by offset, keeping those at or above from.
+func byOffset(want []storage.Record, from uint64) []storage.Record {
+	out := make([]storage.Record, 0, len(want))
+	for _, r := range want {
+		if r.Offset >= from {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b storage.Record) int { return cmpOffset(a.Offset, b.Offset) })
+	return out
+}
+
+// ValuesSinceInOffsetOrder: Since passes the current values at or above an
+// offset in offset order — never a replaced value, always its replacement
+// — in pages that go on from the last offset returned; it is empty at
+// Next, reads the same after a restart, and a reader that goes on from
+// where it stopped sees exactly the values put (and still current) since.
+func ValuesSinceInOffsetOrder(t *testing.T, open OpenFunc) {
+	h := newHarness(t, open, Opts{})
+	v := h.values("latest/state")
+	if got, err := v.Since(1, 10); err != nil || len(got) != 0 {
+		t.Fatalf("Since on an empty store = %d values, %v", len(got), err)
+	}
+	cur := map[string]storage.Record{}
+	put := func(id string, n int) storage.Record {
+		r := mustPut(t, v, rec(id, n, Base))
+		cur[r.Topic] = r
+		return r
+	}
+	for i := range 300 { // more than a provider's page
+		put(fmt.Sprintf("k%03d", i%120), i%17+1)
+	}
+	current := func() []storage.Record {
+		out := make([]storage.Record, 0, len(cur))
+		for _, r := range cur {
+			out = append(out, r)
+		}
+		return out
+	}
+	for _, from := range []uint64{0, 1, 150, 181, 250, 300, 301} {
+		for _, page := range []int{1, 7, 256, 1000} {
+			if d := recordsDiff(byOffset(current(), from), sinceAll(t, v, from, page)); d != "" {
+				t.Fatalf("Since from %d in pages of %d: %s", from, page, d)
+			}
+		}
+	}
+	if got, err := v.Since(v.Next(), 10); err != nil || len(got) != 0 {
+		t.Fatalf("Since(Next) = %d values, %v; want none", len(got), err)
+	}
+
+	// A reader caught up at mark sees what changed since, once each.
+	mark := v.Next()
+	put("k005", 3)
+	put("k006", 3)
+	put("k005", 4) // replaces the first: only this one is read
+	if ok, err := v.Remove("t/k007"); !ok || err != nil {
+		t.Fatalf("Remove(t/k007) = %v, %v", ok, err)
+	}
+	delete(cur, "t/k007")
+	got := sinceAll(t, v, mark, 256)
+	if len(got) != 2 || got[0].Topic != "t/k006" || got[1].Topic != "t/k005" || got[1].Offset != mark+2 {
+		t.Fatalf("changes since %d: %v (offsets %v); want t/k006 then t/k005 at %d", mark, topics(got), offsets(got), mark+2)
+	}
+	// Removing values (replaced ones too) leaves nothing behind in the
+	// order Since walks: remove most of the store and read it again.
+	for i := range 110 {
+		topic := fmt.Sprintf("t/k%03d", i)
+		if _, ok := cur[topic]; !ok {
+			continue
+		}
+		if ok, err := v.Remove(topic); !ok || err != nil {
+			t.Fatalf("Remove(%s) = %v, %v", topic, ok, err)
+		}
+		delete(cur, topic)
+	}
+	if d := recordsDiff(byOffset(current(), 1), sinceAll(t, v, 1, 3)); d != "" {
+		t.Fatalf("Since after removing most values: %s", d)
+	}
+	h.restart()
+	v = h.values("latest/state")
+	if d := recordsDiff(byOffset(current(), 1), sinceAll(t, v, 1, 5)); d != "" {
+		t.Fatalf("Since after restart: %s", d)
+	}
+	after := put("after", 2)
+	if got := sinceAll(t, v, after.Offset, 10); len(got) != 1 || got[0].Offset != after.Offset {
+		t.Fatalf("Since(%d) after restart: offsets %v", after.Offset, offsets(got))
+	}
+}
+
+// ValuesRemoveIf: RemoveIf removes a topic's value only while it is the one
+// at the offset given; a value put in its place since stays, with Len,
+// Bytes and Next untouched; the right offset removes it once.
+func ValuesRemoveIf(t *testing.T, open OpenFunc) {
+	h := newHarness(t, open, Opts{})
+	v := h.values("latest/state")
+	old := mustPut(t, v, rec("a", 10, Base))
+	b := mustPut(t, v, rec("b", 20, Base))
+	newer := mustPut(t, v, rec("a", 30, Base))
+	if ok, err := v.RemoveIf(old.Topic, old.Offset); ok || err != nil {
+		t.Fatalf("RemoveIf of a replaced value = %v, %v; want false", ok, err)
+	}
+	if ok, err := v.RemoveIf("t/never", 1); ok || err != nil {
+		t.Fatalf("RemoveIf of a topic never put = %v, %v; want false", ok, err)
+	}
+	checkValues(t, "after stale RemoveIf", v, 4, []storage.Record{newer, b})
+	if ok, err := v.RemoveIf(newer.Topic, newer.Offset); !ok || err != nil {
+		t.Fatalf("RemoveIf of the current value = %v, %v; want true", ok, err)
+	}
+	if ok, err := v.RemoveIf(newer.Topic, newer.Offset); ok || err != nil {
+		t.Fatalf("RemoveIf twice = %v, %v; want false", ok, err)
+	}
+	checkValues(t, "after RemoveIf", v, 4, []storage.Record{b})
+	h.restart()
+	v = h.values("latest/state")
+	checkValues(t, "after restart", v, 4, []storage.Record{b})
+	if r := mustPut(t, v, rec("a", 1, Base)); r.Offset != 4 {
+		t.Fatalf("put after RemoveIf took offset %d, want 4", r.Offset)
+	}
+}
+
+// ValuesEmptyPayload: a value with an empty payload (a latest channel's
+// tombstone) is stored like any other — its own offset, readable by Get,
+// Scan and Since, replacing the value before it — and comes back after a
+// restart with its empty payload.
+func ValuesEmptyPayload(t *testing.T, open OpenFunc) {
+	h := newHarness(t, open, Opts{})
+	v := h.values("latest/state")
+	val := mustPut(t, v, rec("a", 10, Base))
+	tomb := rec("a", 0, Base.Add(time.Second))
+	tomb.Payload = nil
+	gone := mustPut(t, v, tomb)
+	if gone.Offset != val.Offset+1 || len(gone.Payload) != 0 {
+		t.Fatalf("tombstone stored at %d with %d payload bytes", gone.Offset, len(gone.Payload))
+	}
+	checkValues(t, "tombstone", v, 3, []storage.Record{gone})
+	if got := sinceAll(t, v, 1, 10); len(got) != 1 || got[0].Offset != 2 || len(got[0].Payload) != 0 {
+		t.Fatalf("Since passes %v", offsets(got))
+	}
+	h.restart()
+	v = h.values("latest/state")
+	checkValues(t, "tombstone after restart", v, 3, []storage.Record{gone})
 }
