@@ -44,7 +44,9 @@ const sizeSweepInterval = time.Second
 func (b *Broker) ageSweepInterval() time.Duration {
 	var shortest time.Duration
 	for _, ch := range b.channels {
-		for _, d := range []time.Duration{ch.cfg.RetentionPeriod, ch.cfg.JobExpiresAfter} {
+		// A latest channel's deletion_retention_period is the same sweep's
+		// deadline too (latest.go).
+		for _, d := range []time.Duration{ch.cfg.RetentionPeriod, ch.cfg.JobExpiresAfter, ch.cfg.DeletionRetentionPeriod} {
 			if d > 0 && (shortest == 0 || d < shortest) {
 				shortest = d
 			}
@@ -81,6 +83,7 @@ func (b *Broker) sweepLoop(ctx context.Context) {
 // invariant 1); consumers are woken so one overtaken learns of it.
 func (b *Broker) sweepAge() {
 	b.sweepRetained()
+	b.sweepLatest() // values past retention_period, tombstones past deletion_retention_period
 	for _, q := range b.engines {
 		q.sweepExpired()
 	}

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"saguin.dev/broker/partition"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -60,13 +62,21 @@ type Broker struct {
 	retained  storage.ValueStore // broadcast retained values (broker.retained)
 	// sessionStore holds durable sessions (broker.session.storage).
 	sessionStore storage.ValueStore
+	// closing is set when Close begins: connections the broker's own stop
+	// cuts do not publish or arm their Wills (wills.go).
+	closing   atomic.Bool
 	ids       msgid.Generator
 	listeners []net.Listener
 
 	claims idClaims // per client id: CONNECT takeover vs teardown (invariant 17)
+	// spaces tracks the partition counts subscribers declare per filter, to
+	// warn when two disagree (RFC 0003 "Client-declared partitioning").
+	spaces partition.Spaces
 
 	mu       sync.Mutex
 	sessions map[string]*session // invariant 13: one per held client id, bounded by connections and expiry
+
+	fan fanout // broadcast delivery: shared groups' turns, drop counts (fanout.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -153,6 +163,10 @@ func (b *Broker) openChannels() error {
 			// invariant 15: a queue starts with nothing out; every job it
 			// holds is available now, with the attempts it had.
 			b.engines[cc.Name] = newQueueEngine(b, ch)
+		case "latest":
+			if ch.values, err = p.Values(cc.Name); err != nil {
+				return fmt.Errorf("channel %s: %w", cc.Name, err)
+			}
 		}
 		b.channels[cc.Name] = ch
 		for _, f := range cc.Filters {
@@ -169,6 +183,7 @@ func (b *Broker) openChannels() error {
 		return err
 	}
 	b.resolver = r
+	b.countStrayLatestValues() // latest.go: RFC 0002 §2.1, a filter edited
 	return nil
 }
 
@@ -224,11 +239,11 @@ func (b *Broker) newServer() *mqtt.Server {
 	caps.MaximumPacketSize = uint32(lim.MaxMessageSize)
 	// invariant 13: inbound alias table bounded (RFC 0002 §1.5: fixed at 16).
 	caps.TopicAliasMaximum = 16
-	// The substrate drops a broadcast delivery its outbound queue cannot
-	// hold, QoS 1 included (invariant 16 wants QoS 1/2 held within the
-	// session's bound: step 6 replaces this queue). 1,024 slots (8 KiB a
-	// connection) keeps a subscriber up to 1,024 messages behind whole.
-	caps.MaximumClientWritesPending = 1024
+	// The substrate's outbound queue carries nothing of Sagüin's: broadcast
+	// goes through each session's outbox, bounded by
+	// limits.session_queue_bytes (fanout.go). The queue (which dropped QoS 1
+	// when full) is kept small rather than at its 64 KiB default.
+	caps.MaximumClientWritesPending = 16
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	caps.Compatibilities.PassiveClientDisconnect = true
 	if b.cfg.Broker.MinProtocolVersion == 5 {
@@ -288,6 +303,7 @@ func (b *Broker) Start() error {
 	}
 	b.background(b.flushLoop)
 	b.background(b.sweepLoop)
+	b.background(b.willLoop)
 	for _, q := range b.engines {
 		b.background(q.run)
 	}
@@ -322,6 +338,7 @@ func (b *Broker) closeListeners() {
 func (b *Broker) Close() error {
 	var err error
 	b.closed.Do(func() {
+		b.closing.Store(true)
 		if b.mqtt != nil {
 			// The substrate's Close only writes DISCONNECT 0x8B (with passive
 			// disconnect it leaves the socket to the client) and then waits

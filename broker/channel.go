@@ -16,6 +16,9 @@ type channel struct {
 	log storage.AppendLog
 	// queue is set for queue channels.
 	queue storage.QueueStore
+	// values is set for latest channels: one current value per topic,
+	// deletions kept as tombstones (latest.go).
+	values storage.ValueStore
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced each time a record lands

@@ -311,6 +311,10 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	for i := range batch {
 		pk := &batch[i].pk
 		pk.ProtocolVersion = cl.Properties.ProtocolVersion
+		// The publisher's Response Topic and Correlation Data are part of
+		// the record (RFC 0003 "From publish to record"); the encoder
+		// writes them only when told it may.
+		pk.Mods.AllowResponseInfo = true
 		start := buf.Len()
 		err := pk.PublishEncode(&buf)
 		if err == nil && max > 0 && uint32(buf.Len()-start) > max {
@@ -388,7 +392,10 @@ func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
 	c.sess.mu.Lock()
 	defer c.sess.mu.Unlock()
 	for _, s := range c.sess.subs {
-		if !topic.Match(s.filter, rec.Topic) {
+		// A declared slice narrows replay and live records alike; a record
+		// outside it is stepped past (RFC 0003 "Client-declared
+		// partitioning").
+		if !topic.Match(s.filter, rec.Topic) || !s.partition.Match(rec.Topic) {
 			continue
 		}
 		// No Local (RFC 0003 §7): the stored publisher id decides; a record

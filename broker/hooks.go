@@ -20,7 +20,7 @@ func (h *hook) ID() string { return "saguin" }
 
 func (h *hook) Provides(e byte) bool {
 	return bytes.Contains([]byte{
-		mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
+		mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
 		mqtt.OnQosComplete, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect, mqtt.OnUnsubscribed, mqtt.OnClientExpired, mqtt.OnPacketEncode,
 		mqtt.OnRetainMessage, mqtt.OnPacketSent,
@@ -38,6 +38,15 @@ func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 		pk.Properties.ReasonString = ""
 	}
 	return pk
+}
+
+// OnConnect refuses, before anything of the session is touched, a CONNECT
+// whose Will could never be delivered (RFC 0003 "Last Will").
+func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	if code, refused := h.b.willRefusal(pk); refused {
+		return h.b.refuseWill(cl, code)
+	}
+	return nil
 }
 
 // Authentication and the ACL file land in a later step; until then every
@@ -94,7 +103,17 @@ func (h *hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 }
 
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	return h.b.publish(cl, pk)
+	out, err := h.b.publish(cl, pk)
+	if err != nil {
+		return out, err
+	}
+	// Broadcast (a Will injected in-process included): handed to each
+	// subscriber's outbox and written by that connection's own sender, never
+	// by the substrate's publishToClient on this goroutine (invariant 16,
+	// fanout.go). Marked ignored, the substrate acknowledges it and fans
+	// nothing out.
+	h.b.fanOut(cl.ID, out)
+	return out, packets.CodeSuccessIgnore
 }
 
 // OnQosComplete runs once the substrate has freed the window slot of an
@@ -142,13 +161,20 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 		cons = append(cons, c)
 	}
 	queues := s.queueEngines(h.b)
+	latest := s.latestConsumers()
 	s.mu.Unlock()
 	for _, c := range cons {
 		c.start(cl)
 	}
+	for _, c := range latest {
+		c.start(cl) // a resume: the changes since the mark (latest_consumer.go)
+	}
 	for _, q := range queues {
 		q.addWorker(s, cl)
 	}
+	// Broadcast owed to the session, written by this connection's sender
+	// (fanout_send.go).
+	h.b.outboxOf(s).start(h.b, cl)
 }
 
 // queueEngines lists the engines of the queues the session consumes.
@@ -242,6 +268,10 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 			b.returnJobs(s, old)
 		}
 		b.flushSession(s, true)
+		// A Clean Start ends the session, and so does any CONNECT for a
+		// session that ends with its connection (delivery-front §3).
+		ends := pk.Connect.Clean || !s.isDurable()
+		b.settleWill(s, ends, old != nil)
 		if pk.Connect.Clean {
 			b.endSession(cl.ID, s)
 			s = nil
@@ -261,8 +291,14 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 	}
 	exp := b.sessionExpiry(cl)
 	s.mu.Lock()
+	// The connection's Will is the session's now; Sagüin sends it, not the
+	// substrate (wills.go).
+	s.will = willOf(pk)
+	cl.Properties.Will = mqtt.Will{}
 	s.cl = cl
 	s.expiry = exp
+	s.protocol = cl.Properties.ProtocolVersion
+	s.lastSeen = time.Time{}
 	wasDurable := s.durable
 	s.durable = exp > 0
 	s.mu.Unlock()
@@ -283,7 +319,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 			subs = subscriptionsOf(existing)
 		}
 	}
-	if err := b.storeSession(s, cl.Properties.ProtocolVersion, subs, time.Time{}); err != nil {
+	if err := b.storeSession(s, subs); err != nil {
 		b.log.Error("storing a session at CONNECT", "client", cl.ID, "error", err)
 	}
 }
@@ -309,12 +345,16 @@ func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
 	b.returnJobs(s, cl)
 	b.flushSession(s, true)
 	if expire {
-		b.endSession(cl.ID, s)
+		b.endSession(cl.ID, s) // publishes its Will first
 		return
 	}
+	b.willAtConnectionEnd(s)
 	// The session is away from now: its expiry runs from this moment, and
-	// a restart counts it from here too.
-	if err := b.storeSessionOf(s, cl, b.clock.Now()); err != nil {
+	// a restart counts it from here too — its Will's due moment with it.
+	s.mu.Lock()
+	s.lastSeen = b.clock.Now()
+	s.mu.Unlock()
+	if err := b.storeSessionOf(s, cl); err != nil {
 		b.log.Error("storing a session at disconnect", "client", cl.ID, "error", err)
 	}
 }
@@ -337,9 +377,13 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 		}
 		s.mu.Unlock()
 	}
-	// invariant 18: what the DISCONNECT changed (its expiry) is stored
-	// before the close that answers it.
-	if err := b.storeSessionOf(s, cl, b.clock.Now()); err != nil {
+	b.discardWill(s, pk)
+	s.mu.Lock()
+	s.lastSeen = b.clock.Now()
+	s.mu.Unlock()
+	// invariant 18: what the DISCONNECT changed (its expiry, its Will
+	// withdrawn) is stored before the close that answers it.
+	if err := b.storeSessionOf(s, cl); err != nil {
 		b.log.Error("storing a session at DISCONNECT", "client", cl.ID, "error", err)
 	}
 	// The pumps' unacknowledged deliveries leave the connection's in-flight
@@ -361,6 +405,14 @@ func (b *Broker) endSession(id string, s *session) {
 	}
 	b.mu.Unlock()
 	if s != nil {
+		// "Ending happens in one place, all parts together; a pending
+		// Will is published first" (delivery-front §3).
+		b.willAtSessionEnd(s)
+		s.mu.Lock()
+		for f := range s.declared {
+			b.spaces.Forget(f, id) // invariant 13: the spaces hold live subscriptions only
+		}
+		s.mu.Unlock()
 		s.stopPumps(nil)
 		b.returnJobs(s, nil)
 	}

@@ -103,6 +103,12 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		if _, err := ch.queue.Enqueue(rec); err != nil {
 			return b.refuse(cl, pk, storeRefusal(ch.name, err))
 		}
+	case ch.values != nil:
+		// The topic's new value, or for a zero-length payload its
+		// tombstone (latest.go, RFC 0003 §9).
+		if err := b.storeLatest(ch, b.recordOf(cl, pk)); err != nil {
+			return b.refuse(cl, pk, storeRefusal(ch.name, err))
+		}
 	default:
 		return b.refuse(cl, pk, withReason(codeImplementation,
 			fmt.Sprintf("channel %s is a %s channel, which this broker does not serve yet", ch.name, ch.cfg.Type)))

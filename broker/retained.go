@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"saguin.dev/broker/partition"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -79,14 +80,16 @@ func retainedExpired(rec *storage.Record, now time.Time) bool {
 // sendRetained serves the retained values matching a new subscription
 // (MQTT 5 §3.3.1.3): with RETAIN set, after the SUBACK, not to $share, per
 // Retain Handling, and with the remaining expiry countdown.
-func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, existed bool) {
+func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, existed bool, declared partition.Matcher) {
 	if sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) || len(sub.ShareName) > 0 {
 		return
 	}
 	now := b.clock.Now()
 	var matched []storage.Record
 	err := b.retained.Scan(func(rec storage.Record) bool {
-		if topic.Match(sub.Filter, rec.Topic) && !retainedExpired(&rec, now) {
+		// A declared slice takes the retained pass too: it is a
+		// current-state pass (RFC 0003 "Client-declared partitioning").
+		if topic.Match(sub.Filter, rec.Topic) && declared.Match(rec.Topic) && !retainedExpired(&rec, now) {
 			if _, claimed := b.resolver.Resolve(rec.Topic); !claimed {
 				matched = append(matched, rec)
 			}

@@ -18,6 +18,9 @@ import (
 // the rest by name rather than pretending.
 func (b *Broker) publishReserved(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	t := pk.TopicName
+	if t == pointReadTopic {
+		return b.pointRead(cl, pk) // pointread.go
+	}
 	if rest, ok := strings.CutPrefix(t, "$saguin/consumer/"); ok {
 		if name, ok := strings.CutSuffix(rest, "/seek"); ok && !strings.Contains(name, "/") {
 			return b.seek(cl, pk, name)

@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"saguin.dev/broker/partition"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -31,6 +33,9 @@ type session struct {
 	// consumers by channel name: one per append channel the session's
 	// filters reach.
 	consumers map[string]*consumer
+	// latest by channel name: one per latest channel the session's filters
+	// reach (latest_consumer.go).
+	latest map[string]*latestConsumer
 	// pids maps a packet identifier Sagüin took for a delivery (a channel
 	// record or a queue job) to what the PUBACK acknowledges, so a PUBACK
 	// finds its delivery in O(1).
@@ -39,6 +44,22 @@ type session struct {
 	queues map[string]bool
 	// subs are the session's channel-reaching subscriptions by filter.
 	subs map[string]subscription
+	// protocol is the MQTT version of the connection that last owned it.
+	protocol byte
+	// lastSeen is when its last connection ended; zero while one owns it.
+	lastSeen time.Time
+	// will is the session's Last Will (wills.go): its connection's, or one
+	// waiting out its delay.
+	will *will
+	// declared holds the saguin-filter declaration of each filter that was
+	// subscribed with one (RFC 0003 "Client-declared partitioning"): it
+	// lasts as long as the session, and a SUBSCRIBE of the same filter
+	// without one replaces it.
+	declared map[string]partition.Matcher
+	// bcast holds the broadcast messages the session is owed (fanout.go).
+	// Reached without s.mu: a publisher enqueues there and takes no lock of
+	// the session's.
+	bcast atomic.Pointer[outbox]
 }
 
 // subscription is one SUBSCRIBE filter with the options Sagüin serves it by.
@@ -52,15 +73,20 @@ type subscription struct {
 	// multiChannel: the filter reaches more than one channel, so deliveries
 	// carry saguin-channel (RFC 0003 §4).
 	multiChannel bool
+	// partition is the slice the subscriber declared (its zero value,
+	// nothing declared, matches every topic).
+	partition partition.Matcher
 }
 
 func newSession(id string) *session {
 	return &session{
 		id:        id,
 		consumers: make(map[string]*consumer),
+		latest:    make(map[string]*latestConsumer),
 		pids:      make(map[uint16]ackTarget),
 		queues:    make(map[string]bool),
 		subs:      make(map[string]subscription),
+		declared:  make(map[string]partition.Matcher),
 	}
 }
 
@@ -103,6 +129,7 @@ func (s *session) stopPumps(cl *mqtt.Client) {
 	for _, c := range s.consumers {
 		cons = append(cons, c)
 	}
+	latest := s.latestConsumers()
 	s.mu.Unlock()
 	// The pumps stop first: one still running could take a packet id after
 	// the table below was taken, and its delivery would stay in the
@@ -111,13 +138,29 @@ func (s *session) stopPumps(cl *mqtt.Client) {
 	for _, c := range cons {
 		c.stop()
 	}
+	for _, c := range latest {
+		c.stop() // its unacknowledged values are its own to resend (latest_consumer.go)
+	}
+	if o := s.bcast.Load(); o != nil {
+		o.stop()
+	}
 	s.mu.Lock()
 	pids := s.pids
 	s.pids = make(map[uint16]ackTarget)
+	for pid, target := range pids {
+		if _, ok := target.(*outbox); ok {
+			// A broadcast delivery on the wire stays the session's: the
+			// substrate carries it to a resuming connection and resends it,
+			// and that connection's PUBACK releases it (fanout.go).
+			s.pids[pid] = target
+		}
+	}
 	s.mu.Unlock()
 	if cl != nil {
 		for pid, target := range pids {
-			if _, isConsumer := target.(*consumer); !isConsumer {
+			switch target.(type) {
+			case *consumer, *latestConsumer:
+			default:
 				continue // queue deliveries are returned by their engine
 			}
 			cl.State.Inflight.Delete(pid)
@@ -150,16 +193,32 @@ func (s *session) roomFreed(b *Broker) {
 		cons = append(cons, c)
 	}
 	queues := s.queueEngines(b)
+	latest := s.latestConsumers()
 	s.mu.Unlock()
 	for _, c := range cons {
 		c.poke()
 	}
+	for _, c := range latest {
+		c.poke()
+	}
 	for _, q := range queues {
 		q.poke()
+	}
+	if o := s.bcast.Load(); o != nil {
+		o.poke()
 	}
 }
 
 // ackTarget is what a PUBACK for one of Sagüin's deliveries acknowledges.
 type ackTarget interface {
 	acked(pid uint16)
+}
+
+// latestConsumers lists the session's latest consumers. Caller holds s.mu.
+func (s *session) latestConsumers() []*latestConsumer {
+	out := make([]*latestConsumer, 0, len(s.latest))
+	for _, c := range s.latest {
+		out = append(out, c)
+	}
+	return out
 }

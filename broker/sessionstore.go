@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"saguin.dev/broker/partition"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +41,58 @@ type storedSession struct {
 	// broker stopped, which its start stands in for.
 	LastSeen      int64             `json:"last_seen,omitempty"`
 	Subscriptions []storedSubscribe `json:"subscriptions"`
+	// Will is the session's Last Will. A restart keeps only one with a due
+	// moment (delivery-front §3): a Will whose connection the stop cut is
+	// dropped at start.
+	Will *storedWill `json:"will,omitempty"`
+}
+
+type storedWill struct {
+	Topic           string                 `json:"topic"`
+	Payload         []byte                 `json:"payload,omitempty"`
+	QoS             byte                   `json:"qos"`
+	Retain          bool                   `json:"retain,omitempty"`
+	PayloadFormat   *byte                  `json:"payload_format,omitempty"`
+	MessageExpiry   uint32                 `json:"message_expiry,omitempty"`
+	ContentType     string                 `json:"content_type,omitempty"`
+	ResponseTopic   string                 `json:"response_topic,omitempty"`
+	CorrelationData []byte                 `json:"correlation_data,omitempty"`
+	User            []packets.UserProperty `json:"user,omitempty"`
+	Delay           int64                  `json:"delay_s,omitempty"`
+	Due             int64                  `json:"due,omitempty"` // Unix ns; 0: its connection was live
+	Username        string                 `json:"username,omitempty"`
+}
+
+func storeWill(w *will) *storedWill {
+	if w == nil {
+		return nil
+	}
+	sw := &storedWill{Topic: w.topic, Payload: w.payload, QoS: w.qos, Retain: w.retain,
+		MessageExpiry: w.props.MessageExpiryInterval, ContentType: w.props.ContentType,
+		ResponseTopic: w.props.ResponseTopic, CorrelationData: w.props.CorrelationData, User: w.props.User,
+		Delay: int64(w.delay / time.Second), Username: w.username}
+	if w.props.PayloadFormatFlag {
+		pf := w.props.PayloadFormat
+		sw.PayloadFormat = &pf
+	}
+	if !w.due.IsZero() {
+		sw.Due = w.due.UnixNano()
+	}
+	return sw
+}
+
+func (sw *storedWill) will() *will {
+	w := &will{topic: sw.Topic, payload: sw.Payload, qos: sw.QoS, retain: sw.Retain,
+		props: packets.Properties{MessageExpiryInterval: sw.MessageExpiry, ContentType: sw.ContentType,
+			ResponseTopic: sw.ResponseTopic, CorrelationData: sw.CorrelationData, User: sw.User},
+		delay: time.Duration(sw.Delay) * time.Second, username: sw.Username}
+	if sw.PayloadFormat != nil {
+		w.props.PayloadFormat, w.props.PayloadFormatFlag = *sw.PayloadFormat, true
+	}
+	if sw.Due != 0 {
+		w.due = time.Unix(0, sw.Due)
+	}
+	return w
 }
 
 type storedSubscribe struct {
@@ -49,6 +102,9 @@ type storedSubscribe struct {
 	NoLocal           bool   `json:"no_local,omitempty"`
 	RetainAsPublished bool   `json:"rap,omitempty"`
 	RetainHandling    byte   `json:"rh,omitempty"`
+	// Partition is the filter's saguin-filter declaration, as canonical
+	// values: it lasts as long as the session.
+	Partition []string `json:"partition,omitempty"`
 }
 
 func (b *Broker) openSessions() error {
@@ -66,18 +122,24 @@ func (b *Broker) openSessions() error {
 	return nil
 }
 
-// storeSession writes the session's record: its expiry and subscriptions
-// (subs, the connection's whole subscription set). invariant 18: the caller
-// does this before telling the client what it records (a SUBACK, the close
-// answering a DISCONNECT).
-func (b *Broker) storeSession(s *session, protocol byte, subs []packets.Subscription, lastSeen time.Time) error {
+// storeSession writes the session's record: its expiry, when it was last
+// connected, its Will and subscriptions (subs, the connection's whole
+// subscription set). invariant 18: the caller does this before telling the
+// client what it records (a CONNACK, a SUBACK, the close answering a
+// DISCONNECT).
+func (b *Broker) storeSession(s *session, subs []packets.Subscription) error {
 	s.mu.Lock()
-	durable, expiry := s.durable, s.expiry
+	durable, expiry, lastSeen, protocol := s.durable, s.expiry, s.lastSeen, s.protocol
+	sw := storeWill(s.will)
+	declared := make(map[string][]string, len(s.declared))
+	for f, m := range s.declared {
+		declared[f] = m.Values()
+	}
 	s.mu.Unlock()
 	if !durable {
 		return nil
 	}
-	rec := storedSession{Format: sessionFormat, Protocol: protocol, Expiry: int64(expiry / time.Second)}
+	rec := storedSession{Format: sessionFormat, Protocol: protocol, Expiry: int64(expiry / time.Second), Will: sw}
 	if !lastSeen.IsZero() {
 		rec.LastSeen = lastSeen.UnixNano()
 	}
@@ -85,6 +147,7 @@ func (b *Broker) storeSession(s *session, protocol byte, subs []packets.Subscrip
 		rec.Subscriptions = append(rec.Subscriptions, storedSubscribe{
 			Filter: f.Filter, QoS: f.Qos, Identifier: f.Identifier, NoLocal: f.NoLocal,
 			RetainAsPublished: f.RetainAsPublished, RetainHandling: f.RetainHandling,
+			Partition: declared[f.Filter],
 		})
 	}
 	payload, err := json.Marshal(rec)
@@ -98,9 +161,10 @@ func (b *Broker) storeSession(s *session, protocol byte, subs []packets.Subscrip
 	return nil
 }
 
-// storeSessionOf stores the session as the connection cl now holds it.
-func (b *Broker) storeSessionOf(s *session, cl *mqtt.Client, lastSeen time.Time) error {
-	return b.storeSession(s, cl.Properties.ProtocolVersion, subscriptionsOf(cl), lastSeen)
+// storeSessionOf stores the session with the subscriptions the connection
+// cl (live, or the substrate's record of an away session) holds.
+func (b *Broker) storeSessionOf(s *session, cl *mqtt.Client) error {
+	return b.storeSession(s, subscriptionsOf(cl))
 }
 
 // subscriptionsOf lists a connection's subscriptions in a stable order.
@@ -167,6 +231,10 @@ func (b *Broker) restoreSessions() error {
 		remaining := expiry - now.Sub(lastSeen)
 		if remaining <= 0 {
 			b.log.Info("session expired while the broker was stopped: ended", "client", r.Topic)
+			if st.Will != nil && st.Will.Due != 0 {
+				// Published first: its wait had begun before the stop.
+				b.publishWill(r.Topic, st.Will.will())
+			}
 			b.endStoredSession(r.Topic)
 			ended++
 			continue
@@ -204,6 +272,14 @@ func (b *Broker) refusedOnRestore(st storedSession) string {
 		if code := b.filterCode(probe, sub); code >= 0x80 {
 			return fmt.Sprintf("filter %q answered 0x%02X", f.Filter, code)
 		}
+		if len(f.Partition) > 0 {
+			if _, err := partition.Parse(f.Partition); err != nil {
+				return fmt.Sprintf("filter %q: saguin-filter %v", f.Filter, err)
+			}
+			if err := partition.CheckFilter(f.Filter); err != nil {
+				return fmt.Sprintf("filter %q: saguin-filter %v", f.Filter, err)
+			}
+		}
 	}
 	return ""
 }
@@ -215,7 +291,14 @@ func (b *Broker) refusedOnRestore(st storedSession) string {
 // passed).
 func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining time.Duration) {
 	s := newSession(id)
-	s.durable, s.expiry = true, expiry
+	s.durable, s.expiry, s.protocol = true, expiry, st.Protocol
+	s.lastSeen = b.clock.Now() // a session found connected ended at the stop
+	if st.LastSeen != 0 {
+		s.lastSeen = time.Unix(0, st.LastSeen)
+	}
+	if st.Will != nil && st.Will.Due != 0 {
+		s.will = st.Will.will() // the loop publishes it when due, at once if past
+	}
 
 	cl := b.mqtt.NewClient(nil, "restore", id, false)
 	cl.Properties.ProtocolVersion = st.Protocol
@@ -226,6 +309,14 @@ func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining t
 	for _, f := range st.Subscriptions {
 		sub := packets.Subscription{Filter: f.Filter, Qos: f.QoS, Identifier: f.Identifier, NoLocal: f.NoLocal,
 			RetainAsPublished: f.RetainAsPublished, RetainHandling: f.RetainHandling}
+		if len(f.Partition) > 0 {
+			// Parsed as at SUBSCRIBE: refusedOnRestore already ended a
+			// session holding one that no longer parses.
+			if m, err := partition.Parse(f.Partition); err == nil {
+				s.declared[f.Filter] = m
+				b.spaces.Declare(f.Filter, id, m)
+			}
+		}
 		b.mqtt.Topics.Subscribe(id, sub)
 		cl.State.Subscriptions.Add(sub.Filter, sub)
 		if name, ok := strings.CutPrefix(sub.Filter, "$saguin/queue/"); ok {
@@ -246,6 +337,9 @@ func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining t
 // restoreChannelSubscription gives a restored filter its consumers, each at
 // its stored position (or where a reader with none starts: invariant 1).
 func (b *Broker) restoreChannelSubscription(s *session, f packets.Subscription) {
+	// Latest channels: restored without a mark, so the resume is served
+	// the full current state (latest.go).
+	b.restoreLatestSubscription(s, f)
 	reached := b.resolver.Reaching(f.Filter)
 	var logs []*channel
 	for _, name := range reached {
@@ -256,11 +350,7 @@ func (b *Broker) restoreChannelSubscription(s *session, f packets.Subscription) 
 	if len(logs) == 0 {
 		return
 	}
-	s.subs[f.Filter] = subscription{
-		filter: f.Filter, qos: f.Qos, identifier: f.Identifier, noLocal: f.NoLocal,
-		retainAsPublished: f.RetainAsPublished, retainHandling: f.RetainHandling,
-		multiChannel: len(reached) > 1,
-	}
+	s.subs[f.Filter] = subscriptionOf(f, reached, s.declared[f.Filter])
 	for _, ch := range logs {
 		if s.consumers[ch.name] != nil {
 			continue

@@ -2,10 +2,10 @@ package broker
 
 import (
 	"errors"
+	"saguin.dev/broker/partition"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -54,11 +54,38 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	// An unread saguin-* instruction refuses every filter in the packet
 	// (RFC 0003 §4: unknown instruction refused, unknown data stripped).
 	packetCode := byte(0)
+	reason := ""       // the SUBACK's Reason String, when a rule of ours refused
+	deletions := false // saguin-deletions: tombstones in the latest state pass (latest.go)
+	// saguin-filter: the slice the subscriber declares (RFC 0003
+	// "Client-declared partitioning"), on the packet, so it applies to
+	// every filter named. A malformed declaration refuses the packet.
+	var decl partition.Declaration
+	var declRefused error
 	for _, u := range pk.Properties.User {
+		if u.Key == deletionsProperty {
+			deletions = true
+			continue
+		}
+		if u.Key == partition.PropertyName {
+			if declRefused == nil {
+				declRefused = decl.Add(u.Val)
+			}
+			continue
+		}
 		if strings.HasPrefix(u.Key, reservedPrefix) {
 			packetCode = subackImplementation
 			b.log.Warn("SUBSCRIBE refused: unread saguin- property", "client", cl.ID, "property", u.Key)
 		}
+	}
+
+	declared := decl.Matcher()
+	if declRefused != nil {
+		packetCode = subackImplementation
+		var pe *partition.Error
+		if errors.As(declRefused, &pe) {
+			reason = pe.Reason()
+		}
+		b.log.Warn("SUBSCRIBE refused: saguin-filter", "client", cl.ID, "error", declRefused)
 	}
 
 	s := b.sessionOf(cl.ID)
@@ -73,9 +100,18 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		existed bool
 	}
 	var retained []retainedPass
+	var latestSubs []latestSubscribe
 	granted := make([]packets.Subscription, 0, len(pk.Filters))
 	for i, f := range pk.Filters {
 		code := packetCode
+		if code == 0 && declared.Declared() {
+			// A shared subscription or a queue already divides its stream:
+			// a slice of it is refused, decided by the prefix alone.
+			var pe *partition.Error
+			if err := partition.CheckFilter(f.Filter); errors.As(err, &pe) {
+				code, reason = pe.Code(), pe.Reason()
+			}
+		}
 		if code == 0 {
 			code = b.filterCode(cl, f)
 		}
@@ -96,7 +132,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	// invariant 18: a durable session's subscriptions are stored before the
 	// SUBACK grants them; a store that refuses refuses the filters.
 	if s != nil && len(granted) > 0 {
-		if err := b.storeSession(s, cl.Properties.ProtocolVersion, withSubscriptions(cl, granted), time.Time{}); err != nil {
+		if err := b.storeSession(s, withSubscriptions(cl, granted)); err != nil {
 			b.log.Error("SUBSCRIBE refused: the session could not be stored", "client", cl.ID, "error", err)
 			refusal := byte(subackImplementation)
 			if errors.Is(err, storage.ErrFull) {
@@ -111,6 +147,24 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 				}
 			}
 			granted = granted[:0]
+		}
+	}
+	if s != nil {
+		s.mu.Lock()
+		for _, f := range granted {
+			// A SUBSCRIBE replaces the filter's options, its declaration
+			// (or the lack of one) included.
+			if declared.Declared() {
+				s.declared[f.Filter] = declared
+			} else {
+				delete(s.declared, f.Filter)
+			}
+		}
+		s.mu.Unlock()
+		for _, f := range granted {
+			if d, disagree := b.spaces.Declare(f.Filter, cl.ID, declared); disagree {
+				b.log.Warn("partition spaces disagree", "detail", d.String())
+			}
 		}
 	}
 	for _, f := range granted {
@@ -139,7 +193,14 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		retained = append(retained, retainedPass{f, !isNew})
 		if s != nil && !strings.HasPrefix(f.Filter, "$share/") {
 			started = append(started, b.addChannelSubscription(s, cl, f)...)
+			latestSubs = append(latestSubs, latestSubscribe{sub: f, existed: !isNew})
 		}
+	}
+	// Latest channels take the packet's filters together: one state pass
+	// per channel, saguin-deletions applying to every filter (RFC 0003 §9).
+	var latestFresh, latestHeld []*latestConsumer
+	if len(latestSubs) > 0 {
+		latestFresh, latestHeld = b.addLatestSubscriptions(s, cl, latestSubs, deletions)
 	}
 
 	b.log.Debug("subscribe", "client", cl.ID, "filters", len(pk.Filters), "codes", codes, "consumers", len(started))
@@ -147,14 +208,24 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		FixedHeader: packets.FixedHeader{Type: packets.Suback},
 		PacketID:    pk.PacketID,
 		ReasonCodes: codes,
+		// Left out by the encoder when the client asked for no problem
+		// information (MQTT-3.1.2-29).
+		Properties: packets.Properties{ReasonString: reason},
 	}
-	if err := cl.WritePacket(ack); err != nil {
+	err := cl.WritePacket(ack)
+	for _, c := range latestHeld {
+		c.release() // SUBACK written (or the connection is going): on with the pass
+	}
+	if err != nil {
 		return pk, err
 	}
 	for _, r := range retained {
-		b.sendRetained(cl, r.sub, r.existed)
+		b.sendRetained(cl, r.sub, r.existed, declared)
 	}
 	for _, c := range started {
+		c.start(cl)
+	}
+	for _, c := range latestFresh {
 		c.start(cl)
 	}
 	return handled, nil
@@ -285,14 +356,10 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 	if len(logs) == 0 {
 		return nil
 	}
-	sub := subscription{
-		filter: f.Filter, qos: f.Qos, identifier: f.Identifier, noLocal: f.NoLocal,
-		retainAsPublished: f.RetainAsPublished, retainHandling: f.RetainHandling,
-		multiChannel: len(reached) > 1,
-	}
 	v5 := cl.Properties.ProtocolVersion == 5
 
 	s.mu.Lock()
+	sub := subscriptionOf(f, reached, s.declared[f.Filter])
 	s.subs[f.Filter] = sub
 	durable := s.durable
 	var fresh []*channel
@@ -377,11 +444,14 @@ func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
 	s.mu.Lock()
 	for _, f := range filters {
 		delete(s.subs, f)
+		delete(s.declared, f)
+		b.spaces.Forget(f, cl.ID)
 		if name, ok := strings.CutPrefix(f, "$saguin/queue/"); ok && s.queues[name] {
 			delete(s.queues, name)
 			leftQueues = append(leftQueues, b.engines[name])
 		}
 	}
+	latestGone, latestKept := b.unsubscribedLatest(s)
 	var gone []*consumer
 	for name, c := range s.consumers {
 		still := false
@@ -400,7 +470,7 @@ func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
 	s.mu.Unlock()
 	// The substrate has removed the filters and writes the UNSUBACK after
 	// this hook: the stored session loses them first.
-	if err := b.storeSessionOf(s, cl, time.Time{}); err != nil {
+	if err := b.storeSessionOf(s, cl); err != nil {
 		b.log.Error("storing a session at UNSUBSCRIBE", "client", cl.ID, "error", err)
 	}
 	for _, q := range leftQueues {
@@ -409,5 +479,11 @@ func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
 	for _, c := range gone {
 		c.stop()
 		b.savePosition(s, c, true)
+	}
+	for _, c := range latestKept {
+		c.unsubscribed(filters)
+	}
+	for _, c := range latestGone {
+		c.stop()
 	}
 }

@@ -33,6 +33,9 @@ type ClientOptions struct {
 	ManualAck      bool   // the test calls Ack itself (PUBACK only when it says)
 	ReceiveMaximum uint16
 	Buffer         int // capacity of Msgs (default 100000)
+	// ProblemInfo sends Request Problem Information 1. Left false, paho
+	// sends 0, and the broker then leaves Reason Strings out (MQTT-3.1.2-29).
+	ProblemInfo bool
 }
 
 // Connect dials addr and sends CONNECT; it fails the test if the broker
@@ -86,7 +89,7 @@ func Dial(t testing.TB, addr, id string, o ClientOptions) (*Client, error) {
 		c.Client.SetErrorLogger(stdlog.New(os.Stderr, id+" ERR ", stdlog.Lmicroseconds))
 	}
 	cp := &paho.Connect{ClientID: id, CleanStart: o.CleanStart, KeepAlive: 30,
-		Properties: &paho.ConnectProperties{}}
+		Properties: &paho.ConnectProperties{RequestProblemInfo: o.ProblemInfo}}
 	if o.SessionExpiry > 0 {
 		se := o.SessionExpiry
 		cp.Properties.SessionExpiryInterval = &se

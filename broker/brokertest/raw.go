@@ -21,6 +21,8 @@ type RawClient struct {
 	t    testing.TB
 	conn net.Conn
 	r    *bufio.Reader
+	// version is the protocol level packets are decoded at (0: 5).
+	version byte
 }
 
 // DialRaw connects and completes CONNECT/CONNACK, returning the CONNACK.
@@ -45,6 +47,36 @@ func DialRaw(t testing.TB, addr, id string, clean bool, sessionExpiry uint32) (*
 	}
 	return c, ack
 }
+
+// DialConnect connects and sends the CONNECT given (a Will, a 3.1.1
+// protocol level), returning the client and the broker's answer, which may
+// be a refusal.
+func DialConnect(t testing.TB, addr string, pk packets.Packet) (*RawClient, packets.Packet) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk.FixedHeader.Type = packets.Connect
+	if pk.ProtocolVersion == 0 {
+		pk.ProtocolVersion = 5
+	}
+	c := &RawClient{t: t, conn: conn, r: bufio.NewReader(conn), version: pk.ProtocolVersion}
+	t.Cleanup(func() { _ = conn.Close() })
+	if pk.Connect.ProtocolName == nil {
+		pk.Connect.ProtocolName = []byte("MQTT")
+	}
+	if pk.Connect.Keepalive == 0 {
+		pk.Connect.Keepalive = 60
+	}
+	pk.Mods.AllowResponseInfo = true // encode a Will's Response Topic and Correlation Data
+	c.send(pk, (*packets.Packet).ConnectEncode)
+	return c, c.Read()
+}
+
+// Drop closes the connection without a DISCONNECT: to the broker, the
+// client is gone (its Will applies).
+func (c *RawClient) Drop() { _ = c.conn.Close() }
 
 func (c *RawClient) send(pk packets.Packet, enc func(*packets.Packet, *bytes.Buffer) error) {
 	c.t.Helper()
@@ -125,6 +157,9 @@ func (c *RawClient) read(timeout time.Duration) (packets.Packet, error) {
 	}
 	pk.FixedHeader.Remaining = n
 	pk.ProtocolVersion = 5
+	if c.version != 0 {
+		pk.ProtocolVersion = c.version
+	}
 	switch pk.FixedHeader.Type {
 	case packets.Connack:
 		err = pk.ConnackDecode(body)
@@ -146,6 +181,19 @@ func (c *RawClient) Puback(id uint16) {
 	c.t.Helper()
 	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: 5, PacketID: id},
 		(*packets.Packet).PubackEncode)
+}
+
+// DisconnectWith sends a DISCONNECT with the reason code given and waits
+// for the broker to close the connection.
+func (c *RawClient) DisconnectWith(code byte) {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 5, ReasonCode: code},
+		(*packets.Packet).DisconnectEncode)
+	for {
+		if _, err := c.read(20 * time.Second); err != nil {
+			return
+		}
+	}
 }
 
 // Disconnect sends DISCONNECT 0x00 and waits until the broker closes the

@@ -1,0 +1,524 @@
+package broker
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Broadcast fan-out (rfcs/fanout.md). A publish to a topic no channel claims
+// is handed to a Sagüin-owned outbox per subscribing session, and each
+// connection's own sender goroutine (fanout_send.go) writes it. The
+// publisher's goroutine only takes the outboxes' own short locks: it never
+// takes a packet identifier, never touches a subscriber's client lock and
+// never waits on a socket (invariant 16). The substrate's publishToClient
+// takes the subscriber's client lock for NextPacketID, which its WritePacket
+// holds across a blocking write, so one subscriber that stopped reading held
+// every publisher of a topic it matched for a whole write deadline, again
+// and again.
+
+// broadcastMsg is one broadcast publish, shared read-only by every outbox it
+// is queued on.
+type broadcastMsg struct {
+	topic   string
+	payload []byte
+	// props are the publisher's properties as forwarded (saguin-* but
+	// saguin-id stripped by publish), with no Topic Alias, no Subscription
+	// Identifier and no Message Expiry Interval: those are per delivery.
+	props   packets.Properties
+	qos     byte
+	retain  bool
+	origin  string    // the publishing client id (No Local)
+	created time.Time // receipt, on the broker's clock (the expiry countdown)
+	expiry  uint32    // Message Expiry Interval as published; 0: none
+	content int64     // what topic, payload and properties hold, as allocated
+}
+
+// owed is one broadcast message a session is owed.
+type owed struct {
+	m      *broadcastMsg
+	seq    uint64 // position in the outbox, so the sender can tell its head was dropped
+	charge int64  // what limits.session_queue_bytes counts for it
+	qos    byte   // the delivery's QoS when it was published: the lower of the message's and the highest granted
+	group  string // "": the session's own subscriptions; else the $share/ filter whose group handed it
+}
+
+// Costs counted against limits.session_queue_bytes besides a message's own
+// bytes (invariant 13: "each delivery its message and the measured cost of
+// its entry"). Every session holding a message is charged its shared header
+// whole, so the sum of the charges never falls below what is held.
+// TestInvariant13_BroadcastOutboxChargesWhatItHolds measures them.
+const (
+	// msgHeaderCost is the message header's allocation: its size rounded
+	// up to the allocator's size class (360 bytes take 384).
+	msgHeaderCost = (int64(unsafe.Sizeof(broadcastMsg{})) + 63) &^ 63
+	// queuedEntryCost adds its slot in the outbox's queue, twice over for
+	// the slack of the slice's growth.
+	queuedEntryCost = msgHeaderCost + 2*int64(unsafe.Sizeof(owed{}))
+	// inflightEntryCost is what one delivery on the wire holds besides the
+	// message: its packet in the substrate's in-flight table (an 800-byte
+	// packets.Packet, stored out of line in an 896-byte size class, and the
+	// table's slot), and its entries in session.pids and outbox.onWire.
+	inflightEntryCost = 1152
+	// userPropertyCost is the header of one User Property (two strings).
+	userPropertyCost = int64(unsafe.Sizeof(packets.UserProperty{}))
+)
+
+// charge is what one session's bound counts for m while it waits. Written
+// at QoS 1/2 and unacknowledged, it is charged inflightEntryCost more.
+func (m *broadcastMsg) charge() int64 {
+	return m.content + queuedEntryCost
+}
+
+// newBroadcastMsg copies what a delivery needs out of the publish. The
+// payload and Correlation Data are copied: as decoded they are slices of the
+// whole packet's buffer, which would otherwise stay held, uncounted.
+func newBroadcastMsg(origin string, pk packets.Packet, now time.Time) *broadcastMsg {
+	m := &broadcastMsg{
+		topic:   pk.TopicName,
+		payload: append([]byte(nil), pk.Payload...),
+		qos:     pk.FixedHeader.Qos,
+		retain:  pk.FixedHeader.Retain,
+		origin:  origin,
+		created: now,
+		expiry:  pk.Properties.MessageExpiryInterval,
+	}
+	p := pk.Properties
+	m.props = packets.Properties{
+		PayloadFormat:     p.PayloadFormat,
+		PayloadFormatFlag: p.PayloadFormatFlag,
+		ContentType:       p.ContentType,
+		ResponseTopic:     p.ResponseTopic,
+		User:              p.User,
+	}
+	if len(p.CorrelationData) > 0 {
+		m.props.CorrelationData = append([]byte(nil), p.CorrelationData...)
+	}
+	// Strings and buffers are counted as allocated, not as long.
+	m.content = allocated(len(m.payload)) + allocated(len(m.props.CorrelationData)) +
+		allocated(len(m.topic)) + allocated(len(p.ContentType)) + allocated(len(p.ResponseTopic)) +
+		allocated(len(p.User)*int(userPropertyCost))
+	for _, u := range p.User {
+		m.content += allocated(len(u.Key)) + allocated(len(u.Val))
+	}
+	return m
+}
+
+// allocated is what the allocator holds for n bytes, rounded up: to its size
+// classes up to 32 KiB (at most an eighth over, 16 bytes at least), to 8 KiB
+// pages above.
+func allocated(n int) int64 {
+	switch {
+	case n == 0:
+		return 0
+	case n > 32<<10:
+		return int64((n + 8<<10 - 1) &^ (8<<10 - 1))
+	default:
+		return int64(n + n/8 + 16)
+	}
+}
+
+// fanout is the broker's broadcast state: the shared groups' turns and what
+// was not delivered, by cause.
+type fanout struct {
+	mu sync.Mutex
+	// turn maps a $share/ filter to the member its group last handed a
+	// message, for round-robin in client-id order. Bounded by fanoutTurns:
+	// past it the turns start over, which only moves where each group
+	// resumes (invariant 13: group names are client input).
+	turn map[string]string
+
+	droppedQoS0 atomic.Int64
+	queueFull   atomic.Int64
+	noMember    atomic.Int64
+	expired     atomic.Int64
+	tooLarge    atomic.Int64
+}
+
+const fanoutTurns = 4096
+
+// BroadcastStats counts broadcast deliveries that were not made, by cause
+// (RFC 0003 "Broadcast": broadcast is the one place Sagüin drops, and every
+// drop is counted).
+type BroadcastStats struct {
+	// DroppedQoS0: QoS 0 deliveries past a subscriber's outbound buffer (half
+	// of limits.session_queue_bytes).
+	DroppedQoS0 int64
+	// QueueFull: QoS 1/2 deliveries given up at limits.session_queue_bytes,
+	// the oldest waiting one first.
+	QueueFull int64
+	// NoSharedMember: deliveries a shared group had no member to take.
+	NoSharedMember int64
+	// Expired: deliveries whose Message Expiry Interval ran out before
+	// they could be written.
+	Expired int64
+	// TooLarge: deliveries over the subscriber's Maximum Packet Size
+	// (dropped for that subscriber, which stays connected).
+	TooLarge int64
+}
+
+// BroadcastStats reports what broadcast fan-out did not deliver since start.
+func (b *Broker) BroadcastStats() BroadcastStats {
+	f := &b.fan
+	return BroadcastStats{
+		DroppedQoS0:    f.droppedQoS0.Load(),
+		QueueFull:      f.queueFull.Load(),
+		NoSharedMember: f.noMember.Load(),
+		Expired:        f.expired.Load(),
+		TooLarge:       f.tooLarge.Load(),
+	}
+}
+
+// fanOut hands a broadcast publish to every session it is owed to, on the
+// publisher's goroutine, without waiting for anything a subscriber does
+// (invariant 16). The substrate's topic index says who subscribes; how each
+// is served (QoS, Subscription Identifiers, No Local, Retain As Published) is
+// decided by that session's sender from its subscriptions as it writes.
+func (b *Broker) fanOut(origin string, pk packets.Packet) {
+	subs := b.mqtt.Topics.Subscribers(pk.TopicName)
+	if len(subs.Subscriptions) == 0 && len(subs.Shared) == 0 {
+		return
+	}
+	m := newBroadcastMsg(origin, pk, b.clock.Now())
+	b.mu.Lock()
+	own := make([]*session, 0, len(subs.Subscriptions))
+	for id := range subs.Subscriptions {
+		if s := b.sessions[id]; s != nil {
+			own = append(own, s)
+		}
+	}
+	var members map[string]*session
+	if len(subs.Shared) > 0 {
+		members = make(map[string]*session)
+		for _, group := range subs.Shared {
+			for id := range group {
+				if s := b.sessions[id]; s != nil {
+					members[id] = s
+				}
+			}
+		}
+	}
+	b.mu.Unlock()
+	for _, s := range own {
+		// The substrate's index merges a session's matching subscriptions
+		// with the highest granted QoS: what the delivery is bounded as.
+		qos := min(m.qos, subs.Subscriptions[s.id].Qos)
+		b.outboxOf(s).offer(b, m, qos, "", false)
+	}
+	for filter, group := range subs.Shared {
+		b.shareOut(m, filter, group, members)
+	}
+}
+
+// shareOut hands m to one member of the shared group subscribed with filter
+// (MQTT 5 §4.8.2): the next in client-id order after the one last served
+// that is connected and has room for it without giving anything up. With
+// none, a QoS 1/2 message goes to the next member whose session is held,
+// within that session's bound; a QoS 0 one is dropped and counted.
+func (b *Broker) shareOut(m *broadcastMsg, filter string, group map[string]packets.Subscription, members map[string]*session) {
+	ids := make([]string, 0, len(group))
+	for id := range group {
+		if members[id] != nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		b.fan.noMember.Add(1)
+		return
+	}
+	slices.Sort(ids)
+	b.fan.mu.Lock()
+	last := b.fan.turn[filter]
+	b.fan.mu.Unlock()
+	start, _ := slices.BinarySearch(ids, last)
+	if start < len(ids) && ids[start] == last {
+		start++
+	}
+	chosen := ""
+	for i := range ids {
+		id := ids[(start+i)%len(ids)]
+		if b.outboxOf(members[id]).offer(b, m, min(m.qos, group[id].Qos), filter, true) {
+			chosen = id
+			break
+		}
+	}
+	if chosen == "" {
+		// No connected member with room: a QoS 1/2 delivery waits with the
+		// next member in turn, within its session's bound.
+		id := ids[start%len(ids)]
+		if qos := min(m.qos, group[id].Qos); qos > 0 && b.outboxOf(members[id]).offer(b, m, qos, filter, false) {
+			chosen = id
+		} else if qos == 0 {
+			b.fan.noMember.Add(1)
+		}
+	}
+	if chosen == "" {
+		return
+	}
+	b.fan.mu.Lock()
+	if b.fan.turn == nil || len(b.fan.turn) >= fanoutTurns {
+		b.fan.turn = make(map[string]string)
+	}
+	b.fan.turn[filter] = chosen
+	b.fan.mu.Unlock()
+}
+
+// outbox is one session's broadcast deliveries waiting to be written or
+// acknowledged. It belongs to the session, so QoS 1/2 messages owed while
+// the session is away wait here for its next connection, within the same
+// bound. Its lock is never held across a write or while taking any other
+// lock, so a publisher enqueueing here cannot be held by the connection.
+type outbox struct {
+	s *session
+
+	mu   sync.Mutex
+	q    []owed // waiting, oldest first, from q[head]
+	head int
+	seq  uint64 // seq of the next message queued
+	// What limits.session_queue_bytes counts, in three parts: waiting in q;
+	// taken by the sender and being written at QoS 0; written at QoS 1/2
+	// and not yet acknowledged.
+	queued, writing, wire int64
+	onWire                map[uint16]int64 // packet id → charge
+	live                  bool             // a connection is being served
+	lastWarn              time.Time        // last drop warning (one per fanoutWarnEvery)
+	unwarned              int64            // drops since that warning
+
+	wake   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+const fanoutWarnEvery = 10 * time.Second
+
+// outboxOf returns the session's outbox, making it on first use. It takes
+// no lock: a publisher reaches it without touching anything the session's
+// other goroutines hold.
+func (b *Broker) outboxOf(s *session) *outbox {
+	if o := s.bcast.Load(); o != nil {
+		return o
+	}
+	o := &outbox{s: s, onWire: make(map[uint16]int64), wake: make(chan struct{}, 1)}
+	if s.bcast.CompareAndSwap(nil, o) {
+		return o
+	}
+	return s.bcast.Load()
+}
+
+func (o *outbox) poke() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// offer queues m for the session, within limits.session_queue_bytes
+// (invariant 13, RFC 0002 "limits.session_queue_bytes"; rfcs/fanout.md).
+// The bound is split in two halves, each charged what it holds, so the
+// whole never passes the bound and moving a message from one to the other
+// never needs room the other gave away:
+//
+//   - waiting to be written: at most half the bound (the outbound buffer).
+//     Past it a QoS 0 delivery is dropped and counted; a QoS 1/2 delivery
+//     gives up the oldest waiting ones (counted) until it fits.
+//   - written at QoS 1/2 and not yet acknowledged: at most the other half,
+//     each charged its in-flight entry too (outbox.wireRoom); the sender
+//     waits for acknowledgements past it. Nothing there is given up.
+//   - An outbox holding nothing takes one message whatever its size, so a
+//     message as large as max_message_size (which the bound is never below)
+//     is delivered.
+//
+// With share (a shared group choosing a member) nothing is given up and
+// only a connected session takes it: the group tries the next member. It
+// reports whether m was queued.
+func (o *outbox) offer(b *Broker, m *broadcastMsg, qos byte, group string, share bool) bool {
+	charge := m.charge()
+	half := b.cfg.Broker.Limits.SessionQueueBytes / 2
+	o.mu.Lock()
+	if !o.live && (qos == 0 || share) {
+		// QoS 0 is not owed to a session away (MQTT 5 §4.1); a group
+		// first looks for a connected member.
+		o.mu.Unlock()
+		return false
+	}
+	fits := func() bool {
+		waiting := o.queued + o.writing
+		return waiting+charge <= half || waiting == 0 && o.wire == 0
+	}
+	if fits() {
+		o.pushLocked(m, qos, charge, group)
+		o.mu.Unlock()
+		o.poke()
+		return true
+	}
+	if share {
+		o.mu.Unlock()
+		return false
+	}
+	var gaveUp []owed
+	if qos > 0 {
+		for !fits() && o.head < len(o.q) {
+			e := o.popLocked()
+			o.queued -= e.charge
+			gaveUp = append(gaveUp, e)
+		}
+	}
+	queued := fits()
+	if queued {
+		o.pushLocked(m, qos, charge, group)
+	}
+	warn := o.dropped(b)
+	o.mu.Unlock()
+	o.countGivenUp(b, gaveUp)
+	switch {
+	case queued:
+		o.poke()
+	case qos == 0:
+		b.fan.droppedQoS0.Add(1)
+	default:
+		b.fan.queueFull.Add(1)
+	}
+	o.warn(b, warn)
+	return queued
+}
+
+func (o *outbox) countGivenUp(b *Broker, gaveUp []owed) {
+	for _, e := range gaveUp {
+		if e.qos == 0 {
+			b.fan.droppedQoS0.Add(1)
+		} else {
+			b.fan.queueFull.Add(1)
+		}
+	}
+}
+
+// dropped notes a drop and reports whether it is time to warn. Caller holds
+// o.mu.
+func (o *outbox) dropped(b *Broker) bool {
+	o.unwarned++
+	now := b.clock.Now()
+	if !o.lastWarn.IsZero() && now.Sub(o.lastWarn) < fanoutWarnEvery {
+		return false
+	}
+	o.lastWarn = now
+	return true
+}
+
+func (o *outbox) warn(b *Broker, due bool) {
+	if !due {
+		return
+	}
+	o.mu.Lock()
+	n := o.unwarned
+	o.unwarned = 0
+	o.mu.Unlock()
+	b.log.Warn("broadcast deliveries dropped: the subscriber is behind by limits.session_queue_bytes",
+		"client", o.s.id, "dropped", n, "session_queue_bytes", b.cfg.Broker.Limits.SessionQueueBytes)
+}
+
+// pushLocked appends to the queue. Caller holds o.mu.
+func (o *outbox) pushLocked(m *broadcastMsg, qos byte, charge int64, group string) {
+	if o.head > 0 && o.head >= len(o.q)/2 {
+		// Reclaim the consumed front, so the slice stays within what the
+		// bound admits.
+		n := copy(o.q, o.q[o.head:])
+		clear(o.q[n:])
+		o.q = o.q[:n]
+		o.head = 0
+	}
+	o.q = append(o.q, owed{m: m, seq: o.seq, charge: charge, qos: qos, group: group})
+	o.seq++
+	o.queued += charge
+}
+
+// popLocked removes the oldest waiting message. Caller holds o.mu and has
+// checked there is one; the caller moves its charge.
+func (o *outbox) popLocked() owed {
+	e := o.q[o.head]
+	o.q[o.head] = owed{}
+	o.head++
+	if o.head == len(o.q) {
+		o.q, o.head = o.q[:0], 0
+	}
+	return e
+}
+
+// peek returns the oldest waiting message.
+func (o *outbox) peek() (owed, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.head == len(o.q) {
+		return owed{}, false
+	}
+	return o.q[o.head], true
+}
+
+// take removes the oldest waiting message if it is still the one with seq
+// (a publisher may have given it up meanwhile) and moves its charge: onto
+// the wire under pid for a QoS 1/2 delivery, to writing for QoS 0, or away
+// for one not delivered (pid 0, skip).
+func (o *outbox) take(seq uint64, pid uint16, skip bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.head == len(o.q) || o.q[o.head].seq != seq {
+		return false
+	}
+	e := o.popLocked()
+	o.queued -= e.charge
+	switch {
+	case skip:
+	case pid != 0:
+		o.wire += e.charge + inflightEntryCost
+		o.onWire[pid] = e.charge + inflightEntryCost
+	default:
+		o.writing += e.charge
+	}
+	return true
+}
+
+// written releases the charge of QoS 0 deliveries once written (or failed).
+func (o *outbox) written(n int64) {
+	if n == 0 {
+		return
+	}
+	o.mu.Lock()
+	o.writing -= n
+	o.mu.Unlock()
+}
+
+// acked releases a QoS 1/2 delivery's charge at its PUBACK (or PUBCOMP):
+// routed here through session.pids (ackTarget).
+func (o *outbox) acked(pid uint16) {
+	o.mu.Lock()
+	c, ok := o.onWire[pid]
+	if ok {
+		delete(o.onWire, pid)
+		o.wire -= c
+	}
+	o.mu.Unlock()
+	if ok {
+		o.poke()
+	}
+}
+
+// wireRoom reports whether one more QoS 1/2 delivery of a message charged
+// c while waiting may be written: at most half the bound is written and
+// unacknowledged (RFC 0002 "limits.session_queue_bytes"), though one always
+// may be.
+func (o *outbox) wireRoom(b *Broker, c int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.wire == 0 || o.wire+c+inflightEntryCost <= b.cfg.Broker.Limits.SessionQueueBytes/2
+}
+
+// usage reports what the bound counts now (tests).
+func (o *outbox) usage() (queued, writing, wire int64, waiting int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.queued, o.writing, o.wire, len(o.q) - o.head
+}

@@ -1,0 +1,383 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"saguin.dev/broker/partition"
+	"slices"
+	"strings"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/topic"
+)
+
+// The sender: one goroutine per connection that drains its session's
+// broadcast outbox (fanout.go). It is the only goroutine that waits on this
+// connection's socket for broadcast, so a subscriber that stops reading
+// holds up its own sender and nothing else, until limits.write_timeout ends
+// the connection (invariant 16).
+
+// Bounds on one write (invariant 13): a run of deliveries goes out in one
+// system call, as a channel pump's do.
+const (
+	fanoutWriteBatch = 64
+	fanoutWriteBytes = 64 << 10
+)
+
+// fanoutReconcileEvery is how often a sender short of room checks its
+// on-the-wire deliveries against the connection's in-flight table: an
+// exchange the substrate ended without a PUBACK or PUBCOMP routed to us (a
+// PUBREC with an error code, MQTT 5 §4.13.2) would otherwise hold its charge
+// and its window slot for good.
+const fanoutReconcileEvery = time.Second
+
+// start runs the sender for connection cl, which now owns the session. It
+// runs after the CONNACK and after the substrate resent what the session had
+// in flight, so nothing reaches a connection before its CONNACK and a
+// resumed session's unacknowledged messages go first.
+func (o *outbox) start(b *Broker, cl *mqtt.Client) {
+	o.stopSender()
+	ctx, cancel := context.WithCancel(context.Background())
+	o.mu.Lock()
+	o.live = true
+	o.cancel = cancel
+	o.done = make(chan struct{})
+	done := o.done
+	o.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(done)
+		o.run(ctx, b, cl)
+	}()
+}
+
+// stop ends the sender and waits for it: the connection is gone, taken
+// over, or the session is ending. What is on the wire stays with the
+// session (the substrate carries those packets to a resuming connection and
+// resends them); QoS 0 still waiting is not owed to a session away, and goes.
+func (o *outbox) stop() {
+	o.stopSender()
+	o.mu.Lock()
+	o.live = false
+	kept := o.q[:0]
+	for _, e := range o.q[o.head:] {
+		if e.qos > 0 {
+			kept = append(kept, e)
+		} else {
+			o.queued -= e.charge
+		}
+	}
+	clear(o.q[len(kept):])
+	o.q, o.head = kept, 0
+	o.mu.Unlock()
+}
+
+func (o *outbox) stopSender() {
+	o.mu.Lock()
+	cancel, done := o.cancel, o.done
+	o.cancel, o.done = nil, nil
+	o.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// run is the sender's loop: write what is waiting, as the client's window
+// and the bound allow; wait for a publish or an acknowledgement.
+func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
+	o.reconcile(cl)
+	lastReconcile := time.Now()
+	var buf bytes.Buffer
+	for ctx.Err() == nil {
+		qos0, stalled := o.fill(b, cl, &buf)
+		if buf.Len() == 0 && !stalled {
+			select {
+			case <-ctx.Done():
+			case <-o.wake:
+			}
+			continue
+		}
+		if buf.Len() == 0 {
+			// Short of room: an acknowledgement wakes the sender; the timer
+			// retries packet identifiers and reconciles.
+			if time.Since(lastReconcile) >= fanoutReconcileEvery {
+				o.reconcile(cl)
+				lastReconcile = time.Now()
+			}
+			wait := time.NewTimer(fanoutReconcileEvery)
+			select {
+			case <-ctx.Done():
+			case <-o.wake:
+			case <-wait.C:
+			}
+			wait.Stop()
+			continue
+		}
+		err := o.write(cl, buf.Bytes())
+		o.written(qos0)
+		if buf.Cap() > 2*fanoutWriteBytes {
+			buf = bytes.Buffer{} // one large message does not keep its buffer
+		}
+		buf.Reset()
+		if err != nil {
+			// invariant 16: a write that missed limits.write_timeout (or
+			// failed) ends the connection; it is never retried, and a
+			// partial packet cannot be followed by another. What is on the
+			// wire stays owed to a session that outlives the connection.
+			if ctx.Err() == nil && !cl.Closed() {
+				b.log.Warn("broadcast write failed: disconnecting the subscriber", "client", cl.ID, "error", err)
+			}
+			cl.Stop(err)
+			return
+		}
+	}
+}
+
+// write writes one run of deliveries under the client's lock, as every
+// writer to a client does, bounded by the connection's write deadline
+// (conn.go).
+func (o *outbox) write(cl *mqtt.Client, p []byte) error {
+	if cl.Closed() || cl.Net.Conn == nil {
+		return mqtt.ErrConnectionClosed
+	}
+	cl.Lock()
+	defer cl.Unlock()
+	_, err := cl.Net.Conn.Write(p)
+	return err
+}
+
+// fill encodes up to fanoutWriteBatch waiting deliveries into buf, taking
+// each one's packet identifier and in-flight entry as it goes. It returns
+// the charge of the QoS 0 ones (released once written), and whether it
+// stopped for want of room for a QoS 1/2 delivery: the client's Receive
+// Maximum, half the session's bound on the wire, or packet identifiers.
+func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64, stalled bool) {
+	var subs map[string]packets.Subscription
+	var declared map[string]partition.Matcher
+	now := b.clock.Now()
+	v := cl.Properties.ProtocolVersion
+	maxSize := cl.Properties.Props.MaximumPacketSize
+	for n := 0; n < fanoutWriteBatch && buf.Len() < fanoutWriteBytes; {
+		e, ok := o.peek()
+		if !ok {
+			return qos0, false
+		}
+		if subs == nil {
+			// The session's subscriptions as they are now, read once a
+			// run: an UNSUBSCRIBE stops what is still waiting.
+			subs = cl.State.Subscriptions.GetAll()
+			declared = b.declaredOf(cl.ID)
+		}
+		pk, left, outcome := shapeBroadcast(e, subs, declared, cl.ID, v, now)
+		if outcome == shapeDeliver && !b.readAllowed(cl, e.m.topic) {
+			// Not sent where the acl_file disallows it now; let go like an
+			// acknowledged one (RFC 0003 "Broadcast").
+			outcome = shapeUnmatched
+		}
+		if outcome != shapeDeliver {
+			if o.take(e.seq, 0, true) && outcome == shapeExpired {
+				b.fan.expired.Add(1)
+			}
+			continue
+		}
+		if pk.FixedHeader.Qos > 0 {
+			if !windowFree(cl) || !o.wireRoom(b, e.charge) {
+				return qos0, true
+			}
+			pid, err := cl.NextPacketID()
+			if err != nil {
+				return qos0, true
+			}
+			pk.PacketID = uint16(pid)
+		}
+		start := buf.Len()
+		err := pk.PublishEncode(buf)
+		if err == nil && maxSize > 0 && uint32(buf.Len()-start) > maxSize {
+			err = packets.ErrPacketTooLarge
+		}
+		if err != nil {
+			buf.Truncate(start)
+			if o.take(e.seq, 0, true) {
+				// RFC 0003 §5: a broadcast message too large for the
+				// subscriber is dropped for it; it stays connected.
+				b.fan.tooLarge.Add(1)
+				b.log.Debug("broadcast delivery not written", "client", cl.ID, "topic", e.m.topic, "error", err)
+			}
+			continue
+		}
+		if !o.take(e.seq, pk.PacketID, false) {
+			buf.Truncate(start) // given up by a publisher meanwhile
+			continue
+		}
+		n++
+		if pk.PacketID == 0 {
+			qos0 += e.charge
+			continue
+		}
+		// The PUBACK routes back through session.pids (OnPacketRead), and the
+		// substrate's table reserves the identifier and carries the packet
+		// to a resuming connection, which it resends (MQTT-4.4.0-1).
+		o.s.mu.Lock()
+		o.s.pids[pk.PacketID] = o
+		o.s.mu.Unlock()
+		if left > 0 {
+			// The substrate counts a resend's expiry down on its own clock.
+			pk.Expiry = time.Now().Unix() + int64(left)
+		}
+		cl.State.Inflight.Set(pk)
+	}
+	return qos0, false
+}
+
+// readAllowed asks the acl_file whether cl may be sent a message on topic,
+// through the hook the substrate asked for each of its deliveries: per
+// delivery, not only at SUBSCRIBE, so a grant narrowed while the broker
+// runs stops what was already subscribed (invariant 16).
+func (b *Broker) readAllowed(cl *mqtt.Client, topic string) bool {
+	h := hook{b: b}
+	return h.OnACLCheck(cl, topic, false)
+}
+
+// reconcile releases on-the-wire deliveries the connection no longer holds:
+// ones the substrate ended without an acknowledgement routed here, or ones
+// a connection that did not inherit them (a restart, a lost takeover) can
+// never acknowledge.
+func (o *outbox) reconcile(cl *mqtt.Client) {
+	o.mu.Lock()
+	pids := make([]uint16, 0, len(o.onWire))
+	for pid := range o.onWire {
+		pids = append(pids, pid)
+	}
+	o.mu.Unlock()
+	for _, pid := range pids {
+		o.s.mu.Lock()
+		ours := o.s.pids[pid] == ackTarget(o)
+		o.s.mu.Unlock()
+		if _, held := cl.State.Inflight.Get(pid); ours && held {
+			continue
+		}
+		if ours {
+			o.s.forget(pid)
+		}
+		o.acked(pid)
+	}
+}
+
+// shapeOutcome is what shapeBroadcast made of one owed message.
+type shapeOutcome int
+
+const (
+	shapeDeliver shapeOutcome = iota
+	shapeUnmatched
+	shapeExpired
+)
+
+// shapeBroadcast builds the PUBLISH one session is sent for e, by the rules
+// the substrate's publishToClient applied and the ones it missed:
+//
+//   - matched against the session's subscriptions as they are now; a
+//     message nothing matches any more is not sent (RFC 0003 "Broadcast");
+//   - No Local per subscription: a subscription with it set does not
+//     deliver its own client's message, another without it still does
+//     (MQTT-3.8.3-3; the substrate OR-ed the flag over all of them);
+//   - QoS the lower of the published one and the highest granted among the
+//     matching subscriptions (MQTT-3.3.4-2);
+//   - every matching Subscription Identifier (MQTT-3.3.4-3, -4);
+//   - RETAIN only where the publish set it and a matching subscription asked
+//     Retain As Published, never to MQTT 3.1.1 (MQTT-3.3.1-12, -13);
+//   - the Message Expiry Interval counted down by the wait, and an expired
+//     message not sent (MQTT-3.3.2-5, -6);
+//   - no Topic Alias (the broker sends none);
+//   - a subscription that declared a saguin-filter slice delivers only the
+//     topics in it.
+//
+// A message a shared group handed the session is served by that one
+// subscription only. It also returns the remaining expiry in seconds.
+func shapeBroadcast(e owed, subs map[string]packets.Subscription, declared map[string]partition.Matcher, id string, v byte, now time.Time) (packets.Packet, uint32, shapeOutcome) {
+	m := e.m
+	var qos byte
+	var ids []int
+	rap, found := false, false
+	take := func(sub packets.Subscription) {
+		found = true
+		qos = max(qos, sub.Qos)
+		if sub.Identifier > 0 {
+			ids = append(ids, sub.Identifier)
+		}
+		rap = rap || sub.RetainAsPublished
+	}
+	if e.group != "" {
+		if sub, ok := subs[e.group]; ok {
+			take(sub)
+		}
+	} else {
+		for filter, sub := range subs {
+			if strings.HasPrefix(filter, "$share/") || strings.HasPrefix(filter, "$saguin/") {
+				continue
+			}
+			if !topic.Match(filter, m.topic) || (sub.NoLocal && m.origin == id) {
+				continue
+			}
+			// A declared slice narrows live broadcast too (RFC 0003
+			// "Client-declared partitioning").
+			if d, ok := declared[filter]; ok && !d.Match(m.topic) {
+				continue
+			}
+			take(sub)
+		}
+	}
+	if !found {
+		return packets.Packet{}, 0, shapeUnmatched
+	}
+	var left uint32
+	if m.expiry > 0 {
+		rem := m.created.Add(time.Duration(m.expiry) * time.Second).Sub(now)
+		if rem <= 0 {
+			return packets.Packet{}, 0, shapeExpired
+		}
+		left = uint32((rem + time.Second - 1) / time.Second)
+	}
+	pk := packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: min(qos, m.qos), Retain: m.retain && rap && v == 5},
+		TopicName:       m.topic,
+		Payload:         m.payload,
+		Properties:      m.props,
+		ProtocolVersion: v,
+		Created:         now.Unix(),
+		Origin:          m.origin,
+	}
+	pk.Properties.MessageExpiryInterval = left
+	if len(ids) > 0 {
+		slices.Sort(ids)
+		pk.Properties.SubscriptionIdentifier = ids
+	}
+	// The publisher's Response Topic and Correlation Data are forwarded;
+	// the encoder writes them only when told it may.
+	pk.Mods.AllowResponseInfo = true
+	return pk, left, shapeDeliver
+}
+
+// declaredOf copies the saguin-filter declarations of a session's filters
+// (nil for none).
+func (b *Broker) declaredOf(id string) map[string]partition.Matcher {
+	s := b.sessionOf(id)
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.declared) == 0 {
+		return nil
+	}
+	out := make(map[string]partition.Matcher, len(s.declared))
+	for f, m := range s.declared {
+		out[f] = m
+	}
+	return out
+}

@@ -1,0 +1,31 @@
+package broker_test
+
+import (
+	"testing"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"saguin.dev/broker/brokertest"
+)
+
+// The five MQTT 5 publish properties a record keeps reach its reader
+// (RFC 0003 "From publish to record"). The pump encodes deliveries itself,
+// and the encoder drops Response Topic and Correlation Data unless told it
+// may write them: found when a Will's properties went missing.
+func TestAppendDeliveryCarriesThePublishProperties(t *testing.T) {
+	b := brokertest.Start(t, configWith(t, memoryProvider))
+	pub := brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
+	pf := byte(1)
+	if _, err := pub.Publish(&paho.Publish{Topic: "events/a", QoS: 1, Payload: []byte("x"),
+		Properties: &paho.PublishProperties{ContentType: "text/plain", ResponseTopic: "replies/a",
+			CorrelationData: []byte("c-1"), PayloadFormat: &pf}}); err != nil {
+		t.Fatal(err)
+	}
+	c := brokertest.Connect(t, b.Address(), "c", brokertest.ClientOptions{CleanStart: true})
+	c.Subscribe("events/#", 1)
+	p := c.Next(wait).Properties
+	if p.ContentType != "text/plain" || p.ResponseTopic != "replies/a" || string(p.CorrelationData) != "c-1" ||
+		p.PayloadFormat == nil || *p.PayloadFormat != 1 {
+		t.Fatalf("delivered properties: %+v", p)
+	}
+}

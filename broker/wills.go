@@ -1,0 +1,299 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Wills are Sagüin's, not the substrate's (RFC 0003 "Last Will"): the
+// substrate publishes a Will straight to subscribers, so one aimed at a
+// channel would be stored nowhere and skip every bound. Sagüin takes the
+// Will off the connection when the session is claimed (the substrate then
+// holds none), keeps it with the session, and publishes it through the
+// ordinary publish path when it falls due.
+
+// willTick is how often waiting Wills are checked: Will Delay Interval is
+// in whole seconds.
+const willTick = time.Second
+
+// will is a Last Will held for a session.
+type will struct {
+	topic   string
+	payload []byte
+	qos     byte
+	retain  bool
+	// props are the publish properties the Will carried (Content Type,
+	// Payload Format Indicator, Message Expiry, Response Topic,
+	// Correlation Data, User Properties): delivered with it like any
+	// publish's.
+	props packets.Properties
+	delay time.Duration // the Will Delay Interval asked for
+	// due is when a waiting Will is published; zero while its connection
+	// lives.
+	due      time.Time
+	username string
+}
+
+// willOf takes the Will a CONNECT carries, or nil.
+func willOf(pk packets.Packet) *will {
+	c := pk.Connect
+	if !c.WillFlag {
+		return nil
+	}
+	wp := c.WillProperties
+	return &will{
+		topic:   c.WillTopic,
+		payload: append([]byte(nil), c.WillPayload...),
+		qos:     c.WillQos,
+		retain:  c.WillRetain,
+		props: packets.Properties{
+			PayloadFormat: wp.PayloadFormat, PayloadFormatFlag: wp.PayloadFormatFlag,
+			MessageExpiryInterval: wp.MessageExpiryInterval,
+			ContentType:           wp.ContentType, ResponseTopic: wp.ResponseTopic,
+			CorrelationData: append([]byte(nil), wp.CorrelationData...),
+			User:            append([]packets.UserProperty(nil), wp.User...),
+		},
+		delay:    time.Duration(wp.WillDelayInterval) * time.Second,
+		username: string(c.Username),
+	}
+}
+
+// willRefusal decides, at CONNECT, a Will that could never be delivered
+// (RFC 0003 "What is refused, and when"): refused with 0x90, because each
+// case is permanent for that client's configuration and a device that
+// connects happily for months with its monitoring never armed is worse than
+// one turned away where it can be told.
+func (b *Broker) willRefusal(pk packets.Packet) (packets.Code, bool) {
+	if !pk.Connect.WillFlag {
+		return packets.Code{}, false
+	}
+	t := pk.Connect.WillTopic
+	lim := b.cfg.Broker.Limits
+	bad := func(why string) (packets.Code, bool) {
+		return withReason(codeTopicInvalid, "Will topic "+why), true
+	}
+	switch {
+	case t == "":
+		return bad("is empty")
+	case strings.ContainsAny(t, "+#"):
+		return bad("holds a wildcard: nothing may publish to it")
+	case t == "$SYS" || strings.HasPrefix(t, "$SYS/"):
+		return bad("is in $SYS, which is the broker's")
+	case strings.HasPrefix(t, "$share/"):
+		return bad("begins $share/, a subscription form")
+	case strings.HasPrefix(t, "$saguin/"):
+		return bad("is in the reserved $saguin/ space")
+	case len(t) > lim.MaxTopicLength:
+		return bad(fmt.Sprintf("is %d bytes; limits.max_topic_length is %d", len(t), lim.MaxTopicLength))
+	case strings.Count(t, "/")+1 > lim.MaxTopicLevels:
+		return bad(fmt.Sprintf("has %d levels; limits.max_topic_levels is %d", strings.Count(t, "/")+1, lim.MaxTopicLevels))
+	}
+	if name, ok := b.resolver.Resolve(t); ok {
+		if ch := b.channels[name]; ch != nil && ch.cfg.DeadLetterOf != "" {
+			return bad(fmt.Sprintf("is in %s, the dead-letter channel of queue %s, which only the broker writes",
+				ch.name, ch.cfg.DeadLetterOf))
+		}
+	}
+	return packets.Code{}, false
+}
+
+// refuseWill answers a CONNECT whose Will is refused. A 3.1.1 client has no
+// 0x90: it is told "not authorized" (0x05), the one return code that stops
+// a client library retrying, and the log names the reason.
+func (b *Broker) refuseWill(cl *mqtt.Client, code packets.Code) error {
+	b.log.Warn("CONNECT refused: its Will could never be delivered", "client", cl.ID,
+		"topic", cl.Properties.Will.TopicName, "reason", code.Reason)
+	if cl.Properties.ProtocolVersion < 5 {
+		_ = b.mqtt.SendConnack(cl, packets.Err3NotAuthorized, false, nil)
+		return packets.Err3NotAuthorized
+	}
+	_ = b.mqtt.SendConnack(cl, code, false, nil)
+	return code
+}
+
+// settleWill decides, as a connection claims session s, the Will the
+// session already held (the claiming connection's own replaces it
+// afterwards), following delivery-front §3: a session ending here
+// publishes it (the wait ends when the session does); a live connection
+// being replaced has it published when it asked for no delay, dropped
+// otherwise; a waiting one is cancelled by the resume.
+func (b *Broker) settleWill(s *session, sessionEnds, replacingLive bool) {
+	s.mu.Lock()
+	old := s.will
+	s.will = nil
+	s.mu.Unlock()
+	if old != nil {
+		switch {
+		case sessionEnds, replacingLive && old.delay == 0:
+			b.publishWill(s.id, old)
+		default:
+			b.log.Debug("Will cancelled: the session resumed", "client", s.id)
+		}
+	}
+}
+
+// discardWill: a DISCONNECT 0x00 discards the Will; 0x04 (Disconnect with
+// Will Message) keeps it (MQTT 5 §3.14.2.1).
+func (b *Broker) discardWill(s *session, pk packets.Packet) {
+	if pk.ReasonCode == 0x04 {
+		return
+	}
+	s.mu.Lock()
+	s.will = nil
+	s.mu.Unlock()
+}
+
+// willAtConnectionEnd starts the Will's wait, or publishes it now. It
+// reports whether the session's stored record changed. A session ending
+// with its connection publishes through endSession instead.
+func (b *Broker) willAtConnectionEnd(s *session) {
+	if b.closing.Load() {
+		// The broker's own stop cut the connection: the device did not die.
+		// Its Will stays unarmed and is dropped at the next start (a
+		// restart keeps only Wills with a due moment).
+		return
+	}
+	now := b.clock.Now()
+	s.mu.Lock()
+	w := s.will
+	if w == nil {
+		s.mu.Unlock()
+		return
+	}
+	if w.delay > 0 {
+		// The wait never outlives the session: capped at the granted
+		// expiry (MQTT 5 §3.1.3.2.2).
+		wait := min(w.delay, s.expiry)
+		w.due = now.Add(wait)
+		s.mu.Unlock()
+		return
+	}
+	s.will = nil
+	s.mu.Unlock()
+	b.publishWill(s.id, w)
+}
+
+// willAtSessionEnd publishes a session's Will as the session ends ("a
+// pending Will is published first").
+func (b *Broker) willAtSessionEnd(s *session) {
+	if b.closing.Load() {
+		return
+	}
+	s.mu.Lock()
+	w := s.will
+	s.will = nil
+	s.mu.Unlock()
+	if w == nil {
+		return
+	}
+	if w.delay > 0 && w.due.IsZero() {
+		b.log.Info("Will published at the disconnect: a Will Delay needs a session to wait inside",
+			"client", s.id, "will_delay", w.delay,
+			"fix", "connect with a Session Expiry Interval at least as long as the Will Delay Interval")
+	}
+	b.publishWill(s.id, w)
+}
+
+// publishWill publishes w as the client id that armed it, through the
+// ordinary publish path: the reserved prefix stripped, every bound applied,
+// stored in the channel that claims its topic, or retained and fanned out
+// on a broadcast topic. What fails here is logged and no more: the client
+// is gone, so there is nobody to answer.
+func (b *Broker) publishWill(id string, w *will) {
+	pk := packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: w.qos, Retain: w.retain},
+		TopicName:       w.topic,
+		Payload:         w.payload,
+		Properties:      w.props,
+		ProtocolVersion: 5,
+	}
+	pk.Properties.User = append([]packets.UserProperty(nil), w.props.User...)
+	// A stand-in for the gone connection: publish reads the client id (the
+	// record's publisher, No Local) and the protocol from it, and writes
+	// nothing to it (a refusal's PUBACK has no socket to go to).
+	as := b.mqtt.NewClient(nil, "will", id, false)
+	as.Properties.ProtocolVersion = 5
+	as.Properties.Username = []byte(w.username)
+	out, err := b.publish(as, pk)
+	switch {
+	case err == nil:
+		// Broadcast: the substrate's fan-out, from an in-process client
+		// carrying the arming client's id so No Local still applies.
+		inj := b.mqtt.NewClient(nil, "will", id, true)
+		inj.Properties.ProtocolVersion = 5
+		if out.FixedHeader.Qos > 0 {
+			// The substrate validates a QoS>0 publish's packet id even from
+			// an in-process client, which is never acknowledged.
+			out.PacketID = 1
+		}
+		if err := b.mqtt.InjectPacket(inj, out); err != nil {
+			b.log.Error("Will not published", "client", id, "topic", w.topic, "error", err)
+			return
+		}
+	case errors.Is(err, packets.CodeSuccessIgnore):
+		// Stored in its channel, which delivers it.
+	default:
+		b.log.Error("Will not published", "client", id, "topic", w.topic, "error", err)
+		return
+	}
+	b.log.Info("Will published", "client", id, "topic", w.topic)
+}
+
+// willLoop publishes Wills whose wait is over, and stores the sessions
+// they left. It runs once at once, so a Will that fell due while the broker
+// was stopped is published at start ("published at least once across a
+// crash": the record is updated only after the publish is stored).
+func (b *Broker) willLoop(ctx context.Context) {
+	t := b.clock.NewTicker(willTick)
+	defer t.Stop()
+	for {
+		b.fireDueWills()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (b *Broker) fireDueWills() {
+	now := b.clock.Now()
+	b.mu.Lock()
+	var due []*session
+	for _, s := range b.sessions {
+		s.mu.Lock()
+		if s.will != nil && !s.will.due.IsZero() && !now.Before(s.will.due) {
+			due = append(due, s)
+		}
+		s.mu.Unlock()
+	}
+	b.mu.Unlock()
+	for _, s := range due {
+		s.mu.Lock()
+		w := s.will
+		if w == nil || w.due.IsZero() || now.Before(w.due) {
+			s.mu.Unlock()
+			continue // resumed meanwhile
+		}
+		s.will = nil
+		s.mu.Unlock()
+		b.publishWill(s.id, w)
+		b.restoreWillRecord(s)
+	}
+}
+
+// restoreWillRecord rewrites a session's stored record after its Will was
+// published, so a restart does not publish it again.
+func (b *Broker) restoreWillRecord(s *session) {
+	if cl, ok := b.mqtt.Clients.Get(s.id); ok {
+		if err := b.storeSessionOf(s, cl); err != nil {
+			b.log.Error("storing a session after its Will", "client", s.id, "error", err)
+		}
+	}
+}
