@@ -3,9 +3,7 @@ package broker_test
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -75,46 +73,7 @@ func (w *wireReader) send(pk packets.Packet, enc func(*packets.Packet, *bytes.Bu
 // returns the read error, a timeout after d.
 func (w *wireReader) next(d time.Duration) (packets.Packet, error) {
 	_ = w.conn.SetReadDeadline(time.Now().Add(d))
-	var pk packets.Packet
-	hb, err := w.r.ReadByte()
-	if err != nil {
-		return pk, err
-	}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return pk, err
-	}
-	n, mul := 0, 1
-	for i := 0; ; i++ {
-		b, err := w.r.ReadByte()
-		if err != nil {
-			return pk, err
-		}
-		n += int(b&127) * mul
-		mul *= 128
-		if b&128 == 0 {
-			break
-		}
-		if i == 3 {
-			return pk, errors.New("malformed remaining length")
-		}
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(w.r, body); err != nil {
-		return pk, err
-	}
-	pk.FixedHeader.Remaining = n
-	pk.ProtocolVersion = 5
-	switch pk.FixedHeader.Type {
-	case packets.Publish:
-		err = pk.PublishDecode(body)
-	case packets.Puback:
-		err = pk.PubackDecode(body)
-	case packets.Suback:
-		err = pk.SubackDecode(body)
-	case packets.Connack:
-		err = pk.ConnackDecode(body)
-	}
-	return pk, err
+	return brokertest.ReadPacket(w.r, 5)
 }
 
 func (w *wireReader) must(d time.Duration) packets.Packet {

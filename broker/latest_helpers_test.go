@@ -3,9 +3,6 @@ package broker_test
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -258,49 +255,5 @@ func (c *rawMQTT) read() packets.Packet {
 
 func (c *rawMQTT) readWithin(d time.Duration) (packets.Packet, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(d))
-	var pk packets.Packet
-	hb, err := c.r.ReadByte()
-	if err != nil {
-		return pk, err
-	}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return pk, err
-	}
-	n, mul := 0, 1
-	for i := 0; ; i++ {
-		b, err := c.r.ReadByte()
-		if err != nil {
-			return pk, err
-		}
-		n += int(b&127) * mul
-		mul *= 128
-		if b&128 == 0 {
-			break
-		}
-		if i == 3 {
-			return pk, errors.New("malformed remaining length")
-		}
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return pk, err
-	}
-	pk.FixedHeader.Remaining = n
-	pk.ProtocolVersion = c.version
-	switch pk.FixedHeader.Type {
-	case packets.Publish:
-		err = pk.PublishDecode(body)
-	case packets.Suback:
-		err = pk.SubackDecode(body)
-	case packets.Connack:
-		err = pk.ConnackDecode(body)
-	case packets.Puback:
-		err = pk.PubackDecode(body)
-	case packets.Disconnect:
-		err = pk.DisconnectDecode(body)
-	}
-	if err != nil {
-		return pk, fmt.Errorf("decoding packet type %d: %w", pk.FixedHeader.Type, err)
-	}
-	return pk, nil
+	return brokertest.ReadPacket(c.r, c.version)
 }

@@ -128,8 +128,19 @@ func (c *RawClient) ReadWithin(d time.Duration) (packets.Packet, error) {
 
 func (c *RawClient) read(timeout time.Duration) (packets.Packet, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(timeout))
+	v := c.version
+	if v == 0 {
+		v = 5
+	}
+	return ReadPacket(c.r, v)
+}
+
+// ReadPacket reads one MQTT packet from r and decodes what tests look at
+// (CONNACK, PUBLISH, PUBACK, SUBACK, DISCONNECT) at protocol level version.
+// The caller sets any read deadline.
+func ReadPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 	var pk packets.Packet
-	hb, err := c.r.ReadByte()
+	hb, err := r.ReadByte()
 	if err != nil {
 		return pk, err
 	}
@@ -138,7 +149,7 @@ func (c *RawClient) read(timeout time.Duration) (packets.Packet, error) {
 	}
 	n, mul := 0, 1
 	for i := 0; ; i++ {
-		b, err := c.r.ReadByte()
+		b, err := r.ReadByte()
 		if err != nil {
 			return pk, err
 		}
@@ -152,19 +163,18 @@ func (c *RawClient) read(timeout time.Duration) (packets.Packet, error) {
 		}
 	}
 	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
+	if _, err := io.ReadFull(r, body); err != nil {
 		return pk, err
 	}
 	pk.FixedHeader.Remaining = n
-	pk.ProtocolVersion = 5
-	if c.version != 0 {
-		pk.ProtocolVersion = c.version
-	}
+	pk.ProtocolVersion = version
 	switch pk.FixedHeader.Type {
 	case packets.Connack:
 		err = pk.ConnackDecode(body)
 	case packets.Publish:
 		err = pk.PublishDecode(body)
+	case packets.Puback:
+		err = pk.PubackDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
 	case packets.Disconnect:
