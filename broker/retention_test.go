@@ -295,3 +295,31 @@ channels:
 		}
 	}
 }
+
+// Invariant 2: resolution, retention and eviction are distinct — a
+// publisher's Message Expiry never removes an append record. An hour after
+// a 5-second expiry ran out (retention sweeps included) the record is still
+// replayed, carrying saguin-expires for the reader to judge, with no expiry
+// of its own left for the client library to drop it by.
+func TestInvariant02_MessageExpiryNeverRemovesAnAppendRecord(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	b := brokertest.Start(t, configWith(t, sqliteProvider), brokertest.WithClock(clk))
+	pub := brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
+	exp := uint32(5)
+	if resp, err := pub.Publish(&paho.Publish{Topic: "events/x", QoS: 1, Payload: []byte("stale"),
+		Properties: &paho.PublishProperties{MessageExpiry: &exp}}); err != nil || resp.ReasonCode != 0 {
+		t.Fatal(err, resp)
+	}
+	for i := 0; i < 60; i++ {
+		clk.Advance(time.Minute) // every sweep ticker fires meanwhile
+	}
+	c := brokertest.Connect(t, b.Address(), "reader", brokertest.ClientOptions{CleanStart: true})
+	c.Subscribe("events/#", 1)
+	p := c.Next(wait)
+	if string(p.Payload) != "stale" || p.Properties.User.Get("saguin-expires") == "" {
+		t.Fatalf("expired record: %q saguin-expires=%q", p.Payload, p.Properties.User.Get("saguin-expires"))
+	}
+	if p.Properties.MessageExpiry != nil && *p.Properties.MessageExpiry != 0 {
+		t.Fatalf("a run-out expiry delivered as %d", *p.Properties.MessageExpiry)
+	}
+}
