@@ -118,8 +118,11 @@ func Check(ops []Op, k Kind, opt Options) (*Report, error) {
 			rep.Operations++
 		}
 	}
-	if k == KindAppend {
+	switch k {
+	case KindAppend:
 		markAppendPending(evs)
+	case KindLatest:
+		narrowLatest(evs)
 	}
 	parts := model.Partition(toPorcupine(evs))
 	rep.Partitions = len(parts)

@@ -11,6 +11,8 @@ import (
 // latestState is one key of a latest channel: a register with delete.
 type latestState struct {
 	present bool
+	// id is the value's Message ID; with no value, the tombstone's — the
+	// delete that removed it — or "" (never set, or reverted before it).
 	id      string
 	payload string
 	// lossCut: the power cut that may undo the write that made this state;
@@ -38,6 +40,13 @@ func latestEqual(a, b *latestState) bool {
 // a delete or before any write. A write refused by its PUBACK never shows; a
 // pending one may. A power cut may revert a key across the writes in its loss
 // window, newest first (invariant 14).
+//
+// A delete of a key with a value stores a tombstone under the delete's
+// Message ID, which is what a subscriber is sent live (empty payload, the
+// delete's saguin-id and offset); a delete of a key with no value stores
+// nothing (RFC 0003 §9). So a read of "no value" that names an id must name
+// the tombstone in place; one that names none (a point read's empty answer)
+// fits any absence.
 func LatestModel() porcupine.Model {
 	nm := porcupine.NondeterministicModel{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
@@ -51,7 +60,10 @@ func LatestModel() porcupine.Model {
 		DescribeOperation: func(in, _ any) string { return describeEvent(in.(*event)) },
 		DescribeState: func(state any) string {
 			s := state.(*latestState)
-			if !s.present {
+			switch {
+			case !s.present && s.id != "":
+				return "no value (deleted by " + s.id + ")"
+			case !s.present:
 				return "no value"
 			}
 			return fmt.Sprintf("%s = %s", s.id, short([]byte(s.payload)))
@@ -66,6 +78,9 @@ func latestStep(state, input, _ any) []any {
 	op := e.Op
 	switch op.Op {
 	case OpLatestPublish:
+		if len(op.Input.Payload) == 0 && !s.present {
+			return []any{s} // a delete of no value stores nothing
+		}
 		n := &latestState{present: len(op.Input.Payload) > 0, id: op.Input.ID, payload: string(op.Input.Payload), lossCut: e.lossCut}
 		if e.lossCut != 0 {
 			// Keep what a revert by this cut can reach, and no further.
@@ -75,10 +90,9 @@ func latestStep(state, input, _ any) []any {
 			}
 			n.prev = &p
 		}
-		if !n.present {
-			n.id = "" // a delete leaves no value to tell apart
-		}
 		switch {
+		case e.pending && e.seenOnce:
+			return []any{n} // a read shows it: it took effect
 		case e.pending:
 			return []any{s, n}
 		case !Succeeded(op.Output.Reason):
@@ -88,7 +102,7 @@ func latestStep(state, input, _ any) []any {
 	case OpLatestRead:
 		out := op.Output
 		if len(out.Payload) == 0 {
-			if s.present {
+			if s.present || (out.ID != "" && out.ID != s.id) {
 				return nil
 			}
 			return []any{s}
@@ -107,6 +121,68 @@ func latestStep(state, input, _ any) []any {
 		return out
 	}
 	return nil
+}
+
+// narrowLatest shrinks porcupine's search over a latest history without
+// changing its verdict. Where values are unique (every value a chaos history
+// writes is), a read names the write it saw; then:
+//   - a read of a value cannot be linearized before that write's call, so
+//     its call moves up to it. A subscriber's value is recorded from its
+//     SUBSCRIBE on (all it knows for sure), which left to itself makes every
+//     such read concurrent with the whole run and the search exponential;
+//     a deletion the subscriber was sent names its tombstone's delete by
+//     saguin-id (which the model holds it to), and moves up the same way;
+//   - a pending write a read names alone took effect, before the first such
+//     read returned (seenOnce, and a shorter interval).
+//
+// A write refused by its PUBACK, or begun after the read returned, is not a
+// candidate: a read of it is left as it is, for the model to reject.
+// (TestPropertyNarrowLatestKeepsTheVerdict holds this to "same verdict".)
+func narrowLatest(evs []*event) {
+	type valKey struct{ channel, key, payload string }
+	writes := map[valKey][]*event{}
+	for _, e := range evs {
+		if e.Op.Op == OpLatestPublish && (e.pending || Succeeded(e.Output.Reason)) {
+			k := valKey{e.Channel, e.Input.Key, string(e.Input.Payload)}
+			writes[k] = append(writes[k], e)
+		}
+	}
+	firstRead := map[*event]int64{} // a pending write a read names alone: that read's earliest return
+	for _, e := range evs {
+		if e.Op.Op != OpLatestRead {
+			continue
+		}
+		out := e.Output
+		if len(out.Payload) == 0 && out.ID == "" {
+			continue // "no value": any delete, or none, explains it
+		}
+		var cands []*event
+		for _, w := range writes[valKey{e.Channel, e.Input.Key, string(out.Payload)}] {
+			// A write begun after the read returned cannot be what it saw.
+			if (out.ID == "" || w.Input.ID == out.ID) && w.Call <= e.Return {
+				cands = append(cands, w)
+			}
+		}
+		if len(cands) == 0 {
+			continue
+		}
+		from := cands[0].Call
+		for _, w := range cands {
+			from = min(from, w.Call)
+		}
+		e.Call = max(e.Call, from)
+		if len(cands) == 1 && cands[0].pending {
+			w := cands[0]
+			if t, ok := firstRead[w]; !ok || e.Return < t {
+				firstRead[w] = e.Return
+			}
+		}
+	}
+	for w, t := range firstRead {
+		w.seenOnce = true
+		w.boundReturn = max(w.Call, min(w.boundReturn, t))
+	}
+	slices.SortStableFunc(evs, func(a, b *event) int { return cmp.Compare(a.Call, b.Call) })
 }
 
 // CheckLatestOrder checks "never older after newer" (RFC 0003 §9): on each

@@ -418,21 +418,30 @@ func TestPropertyQueueReferenceHistoriesPass(t *testing.T) {
 	})
 }
 
+// genLatestHistory draws a legal history of a latest channel from a
+// reference register per key: writers that set or delete (their PUBACKs
+// late or lost to a restart), instant reads, point reads whose request and
+// answer straddle the moment they read, and a subscriber sent most changes
+// as they happen, each judged from its one SUBSCRIBE (as the chaos harness
+// records them) and carrying the offset its write took.
 func genLatestHistory(d drawer, maxSteps int) *hist {
 	h := &hist{}
 	vals := map[string]string{} // key -> payload ("" absent)
 	ids := map[string]string{}
+	offs := map[string]int64{} // key -> offset of the write that made vals[key]
+	var nextOff int64 = 1
 	type w struct {
 		op      int
 		applied bool
 	}
 	inflight := map[int]*w{}
 	var clock int64 = 100
+	const subCall = 100 // the subscriber's SUBSCRIBE
 	n := 0
 	keys := []string{"a", "b", "c"}
 	for range d.int("steps", 10, maxSteps) {
 		clock += int64(d.int("dt", 1, 4))
-		switch d.int("action", 0, 5) {
+		switch d.int("action", 0, 6) {
 		case 0, 1:
 			c := d.int("writer", 1, 3)
 			if inflight[c] == nil {
@@ -449,8 +458,18 @@ func genLatestHistory(d drawer, maxSteps int) *hist {
 				if p := inflight[c]; !p.applied {
 					p.applied = true
 					op := h.ops[p.op]
+					if len(op.Input.Payload) == 0 && vals[op.Input.Key] == "" {
+						break // a delete of no value stores nothing
+					}
 					vals[op.Input.Key] = string(op.Input.Payload)
 					ids[op.Input.Key] = op.Input.ID
+					offs[op.Input.Key] = nextOff
+					nextOff++
+					if d.int("sent", 0, 3) > 0 {
+						// The subscriber is sent most changes as they
+						// happen (a deletion too, with its offset).
+						h.lread(52, op.Input.Key, subCall, clock, op.Input.ID, vals[op.Input.Key], offs[op.Input.Key])
+					}
 					break
 				}
 			}
@@ -472,6 +491,15 @@ func genLatestHistory(d drawer, maxSteps int) *hist {
 			h.restart(clock, clock+3)
 			clock += 3
 			clear(inflight)
+		case 6:
+			// A point read: it read at clock, asked a little before and
+			// was answered a little after.
+			k := keys[d.int("key", 0, len(keys)-1)]
+			id := ids[k]
+			if vals[k] == "" {
+				id = ""
+			}
+			h.lread(51, k, max(0, clock-int64(d.int("asked", 0, 3))), clock+int64(d.int("answered", 0, 3)), id, vals[k], 0)
 		}
 	}
 	return h

@@ -209,6 +209,22 @@ func (c *campaign) startActors(ctx context.Context) {
 	spawnProducer(&producer{env: e, name: "jobber", op: L.OpQueuePublish, channel: chanJobs, topic: topicJobs + "work/",
 		stop: c.producersStop, interval: func() time.Duration { return qRng.between(30*time.Millisecond, 90*time.Millisecond) }})
 
+	// state: a latest channel's keys, set and deleted by two producers,
+	// read by point readers and a durable subscriber (RFC 0003 §9).
+	keys := stateKeys()
+	for i := range latestProducers {
+		rng := newLockedRand(seed + 500 + uint64(i))
+		spawnProducer(&producer{env: e, name: fmt.Sprintf("lprod-%d", i+1), op: L.OpLatestPublish, channel: chanState,
+			stop: c.producersStop, keys: keys, rng: rng, deleteOneIn: latestDeleteOneIn,
+			interval: func() time.Duration { return rng.between(latestInterval/2, latestInterval*3/2) }})
+	}
+	for i := range pointReaders {
+		pr := newPointReader(e, fmt.Sprintf("kv-reader-%d", i+1), append(keys[:len(keys):len(keys)], unsetKey), seed+600+uint64(i))
+		spawn(pr.run)
+	}
+	ls := &latestSubscriber{env: e, name: "latest-sub"}
+	spawn(ls.run)
+
 	for i := range c.opt.Readers {
 		r := &reader{env: e, name: fmt.Sprintf("reader-%d", i+1), filter: filterEvents, channel: chanEvents, topic: topicEvents}
 		spawn(r.run)
@@ -292,6 +308,10 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 		e.note(Note{Kind: NoteNemesis, Detail: name})
 	}
 	switch name {
+	case NemesisKill, NemesisTerm, NemesisPowerCut:
+		e.stops.Add(1) // restart adds the other
+	}
+	switch name {
 	case NemesisKill:
 		t0 := e.now()
 		c.proc.kill()
@@ -364,6 +384,7 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 // that will not start is a finding (what it kept could not be read back, or
 // it refuses its own files) and ends the campaign.
 func (c *campaign) restart(ctx context.Context, t0 int64, op string, lossNs int64) error {
+	defer c.env.stops.Add(1) // the stop its caller began has ended
 	p, err := c.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -468,6 +489,7 @@ func (c *campaign) wait(ctx context.Context, d time.Duration) error {
 // models like a kill.
 func (c *campaign) exitedOnItsOwn(ctx context.Context) error {
 	t0 := c.env.now()
+	c.env.stops.Add(1) // crashRestart adds the other
 	c.proc.wait()
 	c.exits++
 	c.env.note(Note{Kind: NoteNemesis, Detail: "exit (the broker's own)", T: t0})

@@ -22,6 +22,7 @@ type CheckInfo struct {
 var Catalog = []CheckInfo{
 	{"linearizable/append-*", []int{9, 14}, "an offset holding two records, a record at two offsets, a refused record stored, an acknowledged one lost, a head that disagrees"},
 	{"linearizable/queue-jobs", []int{3, 4, 5, 15}, "two live leases, a delivery after an applied ack or a dead letter, a reused Delivery ID"},
+	{"linearizable/latest-state", []int{14, 18}, "a point read or a subscriber sent a value older than one acknowledged or read before it began, a deleted value, one never written or refused, or an acknowledged value lost outside every loss window"},
 	{"append-order", []int{9}, "offsets on one reader's connection going back"},
 	{"append-dense", []int{1}, "a reader silently moved past records"},
 	{"queue-offered", []int{5}, "an acknowledged job neither offered nor dead-lettered"},
@@ -49,9 +50,16 @@ var Catalog = []CheckInfo{
 	{"seek-refused", []int{1}, "a seek to the head or the floor refused"},
 	{"delivery-headers", []int{3, 8}, "a delivery missing saguin-id, saguin-offset or the Delivery ID"},
 	// RFC 0003 §9, not one of the eighteen: a latest consumer never sent an
-	// older value after a newer one.
-	{"latest-order", nil, "a latest consumer sent an older value after a newer one"},
+	// older value after a newer one; a point read of a key a latest channel
+	// holds is answered, on the asker's Response Topic, before its PUBACK.
+	{"latest-order", nil, "a latest consumer sent an older value after a newer one, on one connection"},
+	{"point-read-refused", nil, "a point read of a key the latest channel holds refused on its PUBACK"},
+	{"point-read-unanswered", nil, "a point read acknowledged with success and no answer on its Response Topic, the connection still up"},
 }
+
+// ruleOnly are the catalog entries no invariant covers: RFC 0003 §9's own
+// promises about latest channels and point reads.
+var ruleOnly = []string{"latest-order", "point-read-refused", "point-read-unanswered"}
 
 // CatalogEntry returns the catalog entry a Finding's check belongs to.
 func CatalogEntry(check string) (CheckInfo, bool) {

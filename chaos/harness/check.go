@@ -33,6 +33,8 @@ type Stats struct {
 	Deliveries   int // queue offers
 	Answers      int // queue acks and returns
 	DeadLetters  int // dead letters read
+	LatestWrites int // latest sets and deletes (all, acknowledged or not)
+	LatestReads  int // latest values read: point reads and the subscriber's
 	Restarts     int // stops and starts that keep committed writes
 	PowerCuts    int // crashes that may lose a window of acknowledged writes
 	LostInWindow int // acknowledged records a power cut dropped inside its window (allowed)
@@ -43,8 +45,9 @@ type Stats struct {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("publishes=%d acked=%d pending=%d reads=%d deliveries=%d answers=%d dead-letters=%d restarts=%d power-cuts=%d lost-in-window=%d max-loss=%s",
-		s.Publishes, s.Acked, s.Pending, s.Reads, s.Deliveries, s.Answers, s.DeadLetters, s.Restarts, s.PowerCuts, s.LostInWindow, s.MaxLoss.Round(time.Millisecond))
+	return fmt.Sprintf("publishes=%d acked=%d pending=%d reads=%d deliveries=%d answers=%d dead-letters=%d latest-writes=%d latest-reads=%d restarts=%d power-cuts=%d lost-in-window=%d max-loss=%s",
+		s.Publishes, s.Acked, s.Pending, s.Reads, s.Deliveries, s.Answers, s.DeadLetters, s.LatestWrites, s.LatestReads,
+		s.Restarts, s.PowerCuts, s.LostInWindow, s.MaxLoss.Round(time.Millisecond))
 }
 
 // CheckResult is what Check found.
@@ -116,6 +119,11 @@ func Check(ops []L.Op, notes []Note, opt CheckOptions) (*CheckResult, error) {
 		{name: "queue-" + chanJobs, kind: L.KindQueue, keep: isQueueOp, inv: 4,
 			opt:   L.Options{Resolution: drained},
 			about: "the queue's jobs have no linearization: two live leases, a delivery after an ack that applied or after a dead letter, a reused Delivery ID, or a dead letter of a held job"},
+		// Point reads and the subscriber's values against a register with
+		// delete per key; power cuts (and memory kills) may revert a key
+		// across the writes in their loss window, nothing else may.
+		{name: "latest-" + chanState, kind: L.KindLatest, keep: onLatest(chanState), inv: 14,
+			about: "the latest channel's keys have no linearization: a read of a value older than one acknowledged (or read) before it began, of a deleted value, of one never written or refused, or an acknowledged value lost outside every loss window"},
 	}
 	for _, m := range runs {
 		sub := filterOps(ops, m.keep)
@@ -154,6 +162,7 @@ func Check(ops []L.Op, notes []Note, opt CheckOptions) (*CheckResult, error) {
 	res.Violations = append(res.Violations, r.checkOffsets()...)
 	res.Violations = append(res.Violations, r.checkOffsetOrder(chanEvents)...)
 	res.Violations = append(res.Violations, r.checkOffsetOrder(chanTicks)...)
+	res.Violations = append(res.Violations, r.checkOffsetOrder(chanState)...)
 	res.Violations = append(res.Violations, r.checkFloors()...)
 	res.Violations = append(res.Violations, r.checkResume(chanEvents)...)
 	res.Violations = append(res.Violations, r.checkDeadLetters()...)
@@ -179,6 +188,12 @@ func isCrash(op string) bool { return op == L.OpBrokerRestart || op == L.OpBroke
 func onChannel(ch string) func(L.Op) bool {
 	return func(o L.Op) bool {
 		return isCrash(o.Op) || (strings.HasPrefix(o.Op, "append.") && o.Channel == ch)
+	}
+}
+
+func onLatest(ch string) func(L.Op) bool {
+	return func(o L.Op) bool {
+		return isCrash(o.Op) || (strings.HasPrefix(o.Op, "latest.") && o.Channel == ch)
 	}
 }
 

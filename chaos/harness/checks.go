@@ -120,6 +120,10 @@ func (r *run) stats() Stats {
 			s.Answers++
 		case L.OpQueueDeadLetter:
 			s.DeadLetters++
+		case L.OpLatestPublish:
+			s.LatestWrites++
+		case L.OpLatestRead:
+			s.LatestReads++
 		case L.OpBrokerRestart:
 			s.Restarts++
 		case L.OpBrokerPowerCut:
@@ -271,6 +275,13 @@ func (r *run) observations() []observation {
 			obs = append(obs, observation{o.Channel, o.Output.Offset, o.Output.ID, o.Return, o.Line})
 		case L.OpQueueDeadLetter:
 			obs = append(obs, observation{o.Channel + "__dlq", o.Output.Offset, o.Output.ID, o.Return, o.Line})
+		case L.OpLatestRead:
+			// A latest value is a record too: its offset is its own for
+			// ever (one counter per channel, RFC 0003 §9). Point reads
+			// are recorded without one.
+			if o.Output.Offset > 0 && o.Output.ID != "" {
+				obs = append(obs, observation{o.Channel, o.Output.Offset, o.Output.ID, o.Return, o.Line})
+			}
 		}
 	}
 	slices.SortStableFunc(obs, func(a, b observation) int { return cmp.Compare(a.t, b.t) })
@@ -320,11 +331,18 @@ func (r *run) checkOffsets() []Finding {
 // checkOffsetOrder: offsets are monotonic within a channel (invariant 9). A
 // record whose publish began after another's was acknowledged has the higher
 // offset — including across a restart that found the channel emptied by
-// retention, where MAX(offset)+1 over surviving rows starts again at 1.
+// retention, where MAX(offset)+1 over surviving rows starts again at 1. On
+// the latest channel the records are its values and deletions, read by the
+// subscriber (a deletion of a key with no value stores nothing, and is
+// never read, so it takes no part).
 func (r *run) checkOffsetOrder(channel string) []Finding {
+	pubOp, readOp := L.OpAppendPublish, L.OpAppendRead
+	if channel == chanState {
+		pubOp, readOp = L.OpLatestPublish, L.OpLatestRead
+	}
 	offset := map[string]int64{}
 	for _, o := range r.ops {
-		if o.Op == L.OpAppendRead && o.Channel == channel && o.Output != nil {
+		if o.Op == readOp && o.Channel == channel && o.Output != nil && o.Output.Offset > 0 && o.Output.ID != "" {
 			if _, ok := offset[o.Output.ID]; !ok {
 				offset[o.Output.ID] = o.Output.Offset
 			}
@@ -337,7 +355,7 @@ func (r *run) checkOffsetOrder(channel string) []Finding {
 	}
 	var pubs []pub
 	for _, o := range r.ops {
-		if o.Op != L.OpAppendPublish || o.Channel != channel || o.IsPending() || o.Output == nil || !L.Succeeded(o.Output.Reason) {
+		if o.Op != pubOp || o.Channel != channel || o.IsPending() || o.Output == nil || !L.Succeeded(o.Output.Reason) {
 			continue
 		}
 		off, ok := offset[o.Input.ID]

@@ -41,6 +41,10 @@ type env struct {
 	lastTickCall  atomic.Int64
 	ticksInFlight atomic.Int64
 	ticksEmptyAt  atomic.Int64
+	// stops counts the broker's stops begun and ended (a kill, a SIGTERM,
+	// a power cut, an exit of its own: each adds one as it begins and one
+	// when the broker is back), so it is odd while one is in progress.
+	stops atomic.Int64
 
 	mu       sync.Mutex
 	failure  error     // first harness failure (a history write error...)

@@ -25,14 +25,26 @@ const (
 	// chanJobs is the queue; its dead letters land in jobs__dlq under
 	// jobs/__dlq/# (RFC 0002: the derived filter).
 	chanJobs = "jobs"
+	// chanState is a latest channel (RFC 0003 §9): a value per topic, a
+	// zero-length publish deletes it. Its keys are read by point reads
+	// ($saguin/kv/get) and by a durable subscriber, and checked against the
+	// latest model (a register with delete per key).
+	chanState = "state"
 
-	topicEvents    = "events/"
-	topicTicks     = "ticks/"
-	topicJobs      = "jobs/"
-	filterEvents   = "events/#"
-	filterTicks    = "ticks/#"
-	filterDLQ      = "jobs/__dlq/#"
-	topicQueue     = "$saguin/queue/" + chanJobs
+	topicEvents  = "events/"
+	topicTicks   = "ticks/"
+	topicJobs    = "jobs/"
+	filterEvents = "events/#"
+	filterTicks  = "ticks/#"
+	filterDLQ    = "jobs/__dlq/#"
+	filterState  = "state/#"
+	topicQueue   = "$saguin/queue/" + chanJobs
+	topicState   = "state/"
+	// topicKVGet is where a point read is asked (RFC 0003 §9).
+	topicKVGet = "$saguin/kv/get"
+	// replyPrefix + client id is a point reader's Response Topic: a plain
+	// topic no channel claims, subscribed before the first read.
+	replyPrefix    = "replies/"
 	ticksRetention = time.Second
 )
 
@@ -94,8 +106,11 @@ broker:
     visibility_timeout: %dms
     retry:
       max_attempts: %d
+  %s:
+    type: latest
+    filter: %q
 `, chanEvents, filterEvents, chanTicks, filterTicks, ticksRetention.Milliseconds(),
-		chanJobs, topicJobs, c.visibilityTimeout.Milliseconds(), c.maxAttempts)
+		chanJobs, topicJobs, c.visibilityTimeout.Milliseconds(), c.maxAttempts, chanState, filterState)
 	return b.String(), nil
 }
 

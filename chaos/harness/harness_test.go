@@ -207,6 +207,8 @@ func doctorRealHistory(t *testing.T, rep *Report) {
 		t.Fatalf("an acknowledged record missing from the real history was not flagged: %v", checksOf(res))
 	}
 
+	doctorLatest(t, r, ops, notes, recheck)
+
 	// The floor gone back: one more probe of ticks after the last, lower.
 	var top Note
 	for _, n := range notes {
@@ -296,4 +298,91 @@ func TestNegativeControlPowerCutWithoutLossWindowIsCaught(t *testing.T) {
 		}
 		return out
 	}())
+}
+
+// doctorLatest: negative controls on the real history's latest channel. A
+// point read after a newer value was acknowledged (outside every loss
+// window) and read, answered with the value it replaced, must fail the
+// latest model; the subscriber sent a key's older value again after a newer
+// one on one connection must fail the order check.
+func doctorLatest(t *testing.T, r *run, ops []L.Op, notes []Note, recheck func([]L.Op, []Note) *CheckResult) {
+	t.Helper()
+	maxLine, maxClient := 0, 0
+	for _, o := range ops {
+		maxLine, maxClient = max(maxLine, o.Line), max(maxClient, o.Client)
+	}
+	acked := func(o L.Op) bool {
+		return o.Op == L.OpLatestPublish && !o.IsPending() && L.Succeeded(o.Output.Reason) && len(o.Input.Payload) > 0
+	}
+	var older, newer *L.Op
+	var seen int64 // when a read of newer returned
+	for i := range ops {
+		w2 := &ops[i]
+		if !acked(*w2) || r.mayBeLost(w2.Return, 1<<62) {
+			continue
+		}
+		for j := range ops {
+			rd := ops[j]
+			if rd.Op == L.OpLatestRead && rd.Input.Key == w2.Input.Key && rd.Output.ID == w2.Input.ID &&
+				string(rd.Output.Payload) == string(w2.Input.Payload) {
+				seen = rd.Return
+				break
+			}
+		}
+		if seen == 0 {
+			continue
+		}
+		for j := range ops {
+			w1 := &ops[j]
+			if acked(*w1) && w1.Input.Key == w2.Input.Key && w1.Return < w2.Call {
+				older = w1 // the last such: the value w2 replaced, or one before it
+			}
+		}
+		if older != nil {
+			newer = w2
+			break
+		}
+		seen = 0
+	}
+	if newer == nil {
+		t.Fatal("no latest write acknowledged after another of its key and read: the latest workload did not run")
+	}
+	at := max(seen, newer.Return) + 1
+	stale := L.Op{Line: maxLine + 1, Client: maxClient + 1, Op: L.OpLatestRead, Channel: chanState, Call: at, Return: at + 1,
+		Input: &L.Input{Key: newer.Input.Key}, Output: &L.Output{ID: older.Input.ID, Payload: older.Input.Payload}}
+	if res := recheck(append(slices.Clone(ops), stale), notes); len(findings(res, "linearizable/latest-"+chanState)) == 0 {
+		t.Fatalf("a point read of %s answered %s after %s was acknowledged and read was not flagged: %v",
+			newer.Input.Key, older.Input.ID, newer.Input.ID, checksOf(res))
+	}
+
+	// The subscriber: two values of one key on one connection, the older
+	// sent again after the newer.
+	sub := r.connsOf("latest-sub")
+	type connKey struct {
+		conn int
+		key  string
+	}
+	first := map[connKey]L.Op{}
+	var again L.Op
+	found := false
+	for _, o := range ops {
+		if o.Op != L.OpLatestRead || !sub[o.Client] || o.Output.Offset == 0 {
+			continue
+		}
+		k := connKey{o.Client, o.Input.Key}
+		if f, ok := first[k]; !ok {
+			first[k] = o
+		} else if o.Output.Offset > f.Output.Offset {
+			again = f
+			again.Line, again.Return = maxLine+1, o.Return+1
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Fatal("the latest subscriber never got two values of one key on one connection")
+	}
+	if res := recheck(append(slices.Clone(ops), again), notes); len(findings(res, "latest-order")) == 0 {
+		t.Fatalf("an older value sent again after a newer one on one connection was not flagged: %v", checksOf(res))
+	}
 }

@@ -86,6 +86,28 @@ func (h *hist) deadLetter(client int, id string, offset int64, attempts int) {
 		Output: &L.Output{ID: id, Offset: offset, Attempt: attempts}})
 }
 
+// lpub records an acknowledged publish to the latest channel: a set, or a
+// delete when val is "".
+func (h *hist) lpub(client int, key, id, val string) {
+	call := h.tick()
+	h.add(L.Op{Client: client, Op: L.OpLatestPublish, Channel: chanState, Call: call, Return: h.tick(),
+		Input: &L.Input{Key: key, ID: id, Payload: []byte(val)}, Output: &L.Output{Reason: 0}})
+}
+
+// lpoint records a point read answered with val (id "" and val "": no value).
+func (h *hist) lpoint(client int, key, id, val string) {
+	call := h.tick()
+	h.add(L.Op{Client: client, Op: L.OpLatestRead, Channel: chanState, Call: call, Return: h.tick(),
+		Input: &L.Input{Key: key}, Output: &L.Output{ID: id, Payload: []byte(val)}})
+}
+
+// lsub records a value the latest subscriber was sent, judged from its
+// SUBSCRIBE at subscribed.
+func (h *hist) lsub(client int, subscribed int64, key, id, val string, offset int64) {
+	h.add(L.Op{Client: client, Op: L.OpLatestRead, Channel: chanState, Call: subscribed, Return: h.tick(),
+		Input: &L.Input{Key: key}, Output: &L.Output{ID: id, Payload: []byte(val), Offset: offset}})
+}
+
 // finalRead records a complete final read by connection conn of client id
 // name, reading ids at offsets 1..n.
 func (h *hist) finalRead(conn int, name, channel string, ids ...string) {

@@ -42,11 +42,11 @@ func waitDead(ctx context.Context, c *mconn) {
 }
 
 // producer publishes QoS 1 records with a Message ID of its own (saguin-id)
-// to an append channel or the queue until stop closes; a publish already
-// sent when stop closes is waited for, so the end of a campaign leaves no
-// publish pending. A publish whose PUBACK never came is recorded pending and
-// its connection dropped: paho keeps no state across connections, so it is
-// never re-sent and takes effect at most once.
+// to an append channel, the queue or a latest channel's keys until stop
+// closes; a publish already sent when stop closes is waited for, so the end
+// of a campaign leaves no publish pending. A publish whose PUBACK never came
+// is recorded pending and its connection dropped: paho keeps no state across
+// connections, so it is never re-sent and takes effect at most once.
 type producer struct {
 	env      *env
 	name     string
@@ -60,6 +60,13 @@ type producer struct {
 	// empties by retention between bursts).
 	burst int
 	pause time.Duration
+	// latest (op L.OpLatestPublish): each publish sets one of keys, drawn
+	// from rng, and one in deleteOneIn is a delete (a zero-length payload,
+	// RFC 0003 §9). Every value is unique ("<name> #<n>"), so a read names
+	// the write it saw.
+	keys        []string
+	rng         *lockedRand
+	deleteOneIn int
 }
 
 func (p *producer) run(ctx context.Context) {
@@ -106,7 +113,16 @@ func (p *producer) publishOne(ctx context.Context, c *mconn) bool {
 		defer p.env.ticksInFlight.Add(-1)
 		p.env.lastTickCall.Store(p.env.now())
 	}
-	call, err := p.env.hist.Begin(c.id, p.op, p.channel, &L.Input{ID: id, Payload: payload})
+	topic := p.topic + strconv.Itoa(p.n%16)
+	in := &L.Input{ID: id, Payload: payload}
+	if p.op == L.OpLatestPublish {
+		topic = p.keys[p.rng.intN(len(p.keys))]
+		if p.rng.intN(p.deleteOneIn) == 0 {
+			payload = nil
+		}
+		in = &L.Input{Key: topic, ID: id, Payload: payload}
+	}
+	call, err := p.env.hist.Begin(c.id, p.op, p.channel, in)
 	if err != nil {
 		p.env.fail(fmt.Errorf("history: %w", err))
 		return false
@@ -114,7 +130,7 @@ func (p *producer) publishOne(ctx context.Context, c *mconn) bool {
 	// The publish is not cancelled by the campaign's stop: only by its own
 	// bound, so a publish sent is a publish answered or known pending.
 	resp := c.publish(context.WithoutCancel(ctx), &paho.Publish{
-		Topic: p.topic + strconv.Itoa(p.n%16), QoS: 1, Payload: payload,
+		Topic: topic, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{User: paho.UserProperties{{Key: "saguin-id", Value: id}}},
 	})
 	if resp == nil {
