@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"fmt"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -43,10 +44,41 @@ func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 // OnConnect refuses, before anything of the session is touched, a CONNECT
 // whose Will could never be delivered (RFC 0003 "Last Will").
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	if reason, bad := h.b.clientIDRefusal(pk); bad {
+		// configuration.md §3: 0x85 (3.1.1: 0x02, which the substrate maps).
+		h.b.log.Warn("CONNECT refused: client identifier", "client", cl.ID, "reason", reason)
+		code := withReason(packets.ErrClientIdentifierNotValid, reason)
+		if cl.Properties.ProtocolVersion < 5 {
+			code = packets.ErrClientIdentifierNotValid // mapped to 0x02 by its code alone
+		}
+		_ = h.b.mqtt.SendConnack(cl, code, false, nil)
+		return code
+	}
 	if code, refused := h.b.willRefusal(pk); refused {
 		return h.b.refuseWill(cl, code)
 	}
 	return nil
+}
+
+// clientIDRefusal decides a CONNECT's client identifier (configuration.md
+// §3, 0x85): longer than limits.max_client_id_length (checked on the
+// declared bytes, invariant 13), empty while asking to resume a session, or
+// holding a control character (U+0001–U+001F, U+007F–U+009F) that would
+// corrupt every log line naming the client.
+func (b *Broker) clientIDRefusal(pk packets.Packet) (string, bool) {
+	id := pk.Connect.ClientIdentifier
+	if max := b.cfg.Broker.Limits.MaxClientIDLength; len(id) > max {
+		return fmt.Sprintf("client identifier is %d bytes; limits.max_client_id_length is %d", len(id), max), true
+	}
+	if id == "" && !pk.Connect.Clean {
+		return "an empty client identifier cannot resume a session: send one, or set Clean Start", true
+	}
+	for _, r := range id {
+		if (r >= 0x01 && r <= 0x1F) || (r >= 0x7F && r <= 0x9F) {
+			return fmt.Sprintf("client identifier holds the control character U+%04X", r), true
+		}
+	}
+	return "", false
 }
 
 // Authentication and the ACL file land in a later step; until then every

@@ -129,6 +129,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		codes[i] = f.Qos
 		granted = append(granted, f)
 	}
+	granted = b.withinSubscriptionLimit(cl, pk, granted, codes, v5)
 	// invariant 18: a durable session's subscriptions are stored before the
 	// SUBACK grants them; a store that refuses refuses the filters.
 	if s != nil && len(granted) > 0 {
@@ -229,6 +230,42 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		c.start(cl)
 	}
 	return handled, nil
+}
+
+// withinSubscriptionLimit refuses, with 0x97 (3.1.1: 0x80), each granted
+// filter that would take the client past limits.max_subscriptions, counted
+// after the SUBSCRIBE: a filter it already holds is a replacement and adds
+// nothing (configuration.md §1.5; invariant 13). The connection stays.
+func (b *Broker) withinSubscriptionLimit(cl *mqtt.Client, pk packets.Packet, granted []packets.Subscription, codes []byte, v5 bool) []packets.Subscription {
+	max := b.cfg.Broker.Limits.MaxSubscriptions
+	held := cl.State.Subscriptions.GetAll()
+	count := len(held)
+	kept := granted[:0]
+	refused := 0
+	for _, f := range granted {
+		if _, replaces := held[f.Filter]; !replaces {
+			if count >= max {
+				for i, pf := range pk.Filters {
+					if pf.Filter == f.Filter && codes[i] < 0x80 {
+						codes[i] = subackQuotaExceeded
+						if !v5 {
+							codes[i] = subackV3Failure
+						}
+					}
+				}
+				refused++
+				continue
+			}
+			count++
+			held[f.Filter] = f
+		}
+		kept = append(kept, f)
+	}
+	if refused > 0 {
+		b.log.Warn("SUBSCRIBE past limits.max_subscriptions: filters refused", "client", cl.ID,
+			"refused", refused, "limit", max)
+	}
+	return kept
 }
 
 // withSubscriptions is cl's subscription set with granted added (replacing
