@@ -85,3 +85,53 @@ func TestClientIdentifierRefusals(t *testing.T) {
 		t.Errorf("23 bytes: CONNACK 0x%02x", ack.ReasonCode)
 	}
 }
+
+// readDisconnect reads until the broker's DISCONNECT and returns its reason
+// code, failing if the connection ends without one.
+func readDisconnect(t *testing.T, c *brokertest.RawClient) byte {
+	t.Helper()
+	for {
+		pk, err := c.ReadWithin(wait)
+		if err != nil {
+			t.Fatalf("connection ended without a DISCONNECT: %v", err)
+		}
+		if pk.FixedHeader.Type == packets.Disconnect {
+			return pk.ReasonCode
+		}
+	}
+}
+
+// Topic Alias Maximum is 16 inbound (configuration.md §1.5): an alias past
+// it is a protocol error answered DISCONNECT 0x94, and the broker stays up
+// for others.
+func TestTopicAliasPastSixteenDisconnects(t *testing.T) {
+	b := brokertest.Start(t, limitsConfig(t))
+	c, _ := brokertest.DialRaw(t, b.Address(), "alias", true, 0)
+	c.SendPublish(packets.Packet{TopicName: "plain/a", Payload: []byte("x"),
+		Properties: packets.Properties{TopicAlias: 17, TopicAliasFlag: true}})
+	if code := readDisconnect(t, c); code != 0x94 {
+		t.Fatalf("alias 17: DISCONNECT 0x%02x, want 0x94", code)
+	}
+	other := brokertest.Connect(t, b.Address(), "other", brokertest.ClientOptions{CleanStart: true})
+	if _, err := other.Publish(&paho.Publish{Topic: "plain/b", QoS: 1, Payload: []byte("y")}); err != nil {
+		t.Fatalf("the broker did not stay up for others: %v", err)
+	}
+}
+
+// A client that sends more QoS 2 publishes than the broker's Receive
+// Maximum without completing them is disconnected 0x93 (MQTT-3.3.4-8).
+func TestReceiveMaximumExceededDisconnects(t *testing.T) {
+	b := brokertest.Start(t, limitsConfig(t))
+	c, connack := brokertest.DialRaw(t, b.Address(), "greedy", true, 0)
+	max := int(connack.Properties.ReceiveMaximum)
+	if max == 0 {
+		max = 65535
+	}
+	for i := 1; i <= max+1; i++ {
+		c.SendPublish(packets.Packet{FixedHeader: packets.FixedHeader{Qos: 2}, PacketID: uint16(i),
+			TopicName: "plain/q2", Payload: []byte("x")})
+	}
+	if code := readDisconnect(t, c); code != 0x93 {
+		t.Fatalf("past Receive Maximum %d: DISCONNECT 0x%02x, want 0x93", max, code)
+	}
+}

@@ -89,6 +89,14 @@ func (c *RawClient) send(pk packets.Packet, enc func(*packets.Packet, *bytes.Buf
 	}
 }
 
+// SendPublish writes one PUBLISH as given and returns without reading.
+func (c *RawClient) SendPublish(pk packets.Packet) {
+	c.t.Helper()
+	pk.FixedHeader.Type = packets.Publish
+	pk.ProtocolVersion = 5
+	c.send(pk, (*packets.Packet).PublishEncode)
+}
+
 // SendSubscribe writes one SUBSCRIBE and returns without reading, so a test
 // can assert the order of what follows (the SUBACK first).
 func (c *RawClient) SendSubscribe(id uint16, subs ...packets.Subscription) {
