@@ -57,7 +57,25 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	if code, refused := h.b.willRefusal(pk); refused {
 		return h.b.refuseWill(cl, code)
 	}
+	h.b.capKeepalive(cl, pk)
 	return nil
+}
+
+// capKeepalive applies limits.max_keepalive (configuration.md §1.5): an MQTT
+// 5 client asking for more, or for none (0), is given the ceiling as Server
+// Keep Alive on its CONNACK, and the substrate arms the read deadline from
+// it. A silent client is then found within the ceiling, not never. MQTT
+// 3.1.1 has no Server Keep Alive, so it is not applied there.
+func (b *Broker) capKeepalive(cl *mqtt.Client, pk packets.Packet) {
+	max := b.cfg.Broker.Limits.MaxKeepalive
+	if max <= 0 || cl.Properties.ProtocolVersion < 5 {
+		return
+	}
+	secs := uint16(max / time.Second)
+	if pk.Connect.Keepalive == 0 || pk.Connect.Keepalive > secs {
+		cl.State.Keepalive = secs
+		cl.State.ServerKeepalive = true
+	}
 }
 
 // clientIDRefusal decides a CONNECT's client identifier (configuration.md

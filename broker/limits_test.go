@@ -135,3 +135,23 @@ func TestReceiveMaximumExceededDisconnects(t *testing.T) {
 		t.Fatalf("past Receive Maximum %d: DISCONNECT 0x%02x, want 0x93", max, code)
 	}
 }
+
+// limits.max_keepalive: an MQTT 5 client asking for more, or for none, is
+// given the ceiling as Server Keep Alive; one asking for less keeps its own.
+func TestMaxKeepaliveIsServerKeepAlive(t *testing.T) {
+	tmpl := strings.Replace(appendConfig, "{{.Provider}}", memoryProvider, 1)
+	tmpl = strings.Replace(tmpl, "  storage:\n", "  limits:\n    max_keepalive: 30s\n  storage:\n", 1)
+	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), tmpl))
+	for _, asked := range []uint16{0, 600} {
+		_, ack := brokertest.DialConnect(t, b.Address(), packets.Packet{Connect: packets.ConnectParams{
+			ClientIdentifier: "k", Clean: true, Keepalive: asked}})
+		if !ack.Properties.ServerKeepAliveFlag || ack.Properties.ServerKeepAlive != 30 {
+			t.Errorf("asked %ds: Server Keep Alive %v %d, want 30", asked, ack.Properties.ServerKeepAliveFlag, ack.Properties.ServerKeepAlive)
+		}
+	}
+	_, ack := brokertest.DialConnect(t, b.Address(), packets.Packet{Connect: packets.ConnectParams{
+		ClientIdentifier: "k", Clean: true, Keepalive: 10}})
+	if ack.Properties.ServerKeepAliveFlag {
+		t.Errorf("asked 10s: given Server Keep Alive %d", ack.Properties.ServerKeepAlive)
+	}
+}

@@ -49,8 +49,8 @@ func DialRaw(t testing.TB, addr, id string, clean bool, sessionExpiry uint32) (*
 }
 
 // DialConnect connects and sends the CONNECT given (a Will, a 3.1.1
-// protocol level), returning the client and the broker's answer, which may
-// be a refusal.
+// protocol level, a Keep Alive — 0 means none, as on the wire), returning
+// the client and the broker's answer, which may be a refusal.
 func DialConnect(t testing.TB, addr string, pk packets.Packet) (*RawClient, packets.Packet) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
@@ -65,9 +65,6 @@ func DialConnect(t testing.TB, addr string, pk packets.Packet) (*RawClient, pack
 	t.Cleanup(func() { _ = conn.Close() })
 	if pk.Connect.ProtocolName == nil {
 		pk.Connect.ProtocolName = []byte("MQTT")
-	}
-	if pk.Connect.Keepalive == 0 {
-		pk.Connect.Keepalive = 60
 	}
 	pk.Mods.AllowResponseInfo = true // encode a Will's Response Topic and Correlation Data
 	c.send(pk, (*packets.Packet).ConnectEncode)
