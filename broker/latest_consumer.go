@@ -628,6 +628,9 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 	for i := range batch {
 		pk := &batch[i].pk
 		pk.ProtocolVersion = cl.Properties.ProtocolVersion
+		// The publisher's Response Topic and Correlation Data are part of
+		// the value; the encoder writes them only when told it may.
+		pk.Mods.AllowResponseInfo = true
 		start := buf.Len()
 		err := pk.PublishEncode(&buf)
 		if err == nil && max > 0 && uint32(buf.Len()-start) > max {

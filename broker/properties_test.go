@@ -29,3 +29,29 @@ func TestAppendDeliveryCarriesThePublishProperties(t *testing.T) {
 		t.Fatalf("delivered properties: %+v", p)
 	}
 }
+
+// The same for a latest channel's deliveries, state pass and changes: the
+// latest pump encodes its own batches too.
+func TestLatestDeliveryCarriesThePublishProperties(t *testing.T) {
+	b, _ := latestRig(t, memoryProvider)
+	pub := brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
+	publish := func(payload string) {
+		t.Helper()
+		if _, err := pub.Publish(&paho.Publish{Topic: "state/door", QoS: 1, Payload: []byte(payload),
+			Properties: &paho.PublishProperties{ContentType: "text/plain", ResponseTopic: "replies/door",
+				CorrelationData: []byte("c-" + payload)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("open")
+	c := brokertest.Connect(t, b.Address(), "c", brokertest.ClientOptions{CleanStart: true})
+	c.Subscribe("state/#", 1)
+	publish("shut")
+	for _, want := range []string{"open", "shut"} {
+		p := c.Next(wait)
+		if string(p.Payload) != want || p.Properties.ContentType != "text/plain" ||
+			p.Properties.ResponseTopic != "replies/door" || string(p.Properties.CorrelationData) != "c-"+want {
+			t.Fatalf("delivered %q with properties %+v", p.Payload, p.Properties)
+		}
+	}
+}
