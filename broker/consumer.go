@@ -309,19 +309,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	qos0 := false
 	max := cl.Properties.Props.MaximumPacketSize
 	for i := range batch {
-		pk := &batch[i].pk
-		pk.ProtocolVersion = cl.Properties.ProtocolVersion
-		// The publisher's Response Topic and Correlation Data are part of
-		// the record (RFC 0003 "From publish to record"); the encoder
-		// writes them only when told it may.
-		pk.Mods.AllowResponseInfo = true
-		start := buf.Len()
-		err := pk.PublishEncode(&buf)
-		if err == nil && max > 0 && uint32(buf.Len()-start) > max {
-			err = packets.ErrPacketTooLarge
-		}
-		if err != nil {
-			buf.Truncate(start)
+		if err := encodeDelivery(&buf, &batch[i].pk, cl.Properties.ProtocolVersion, max); err != nil {
 			if buf.Len() > 0 {
 				cl.Lock()
 				_, _ = cl.Net.Conn.Write(buf.Bytes())
@@ -342,7 +330,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 			}
 			return false
 		}
-		qos0 = qos0 || pk.FixedHeader.Qos == 0
+		qos0 = qos0 || batch[i].pk.FixedHeader.Qos == 0
 	}
 	cl.Lock()
 	_, err := cl.Net.Conn.Write(buf.Bytes())

@@ -197,12 +197,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			pk.PacketID = uint16(pid)
 		}
 		start := buf.Len()
-		err := pk.PublishEncode(buf)
-		if err == nil && maxSize > 0 && uint32(buf.Len()-start) > maxSize {
-			err = packets.ErrPacketTooLarge
-		}
-		if err != nil {
-			buf.Truncate(start)
+		if err := encodeDelivery(buf, &pk, v, maxSize); err != nil {
 			if o.take(e.seq, 0, true) {
 				// RFC 0003 §5: a broadcast message too large for the
 				// subscriber is dropped for it; it stays connected.
@@ -357,9 +352,6 @@ func shapeBroadcast(e owed, subs map[string]packets.Subscription, declared map[s
 		slices.Sort(ids)
 		pk.Properties.SubscriptionIdentifier = ids
 	}
-	// The publisher's Response Topic and Correlation Data are forwarded;
-	// the encoder writes them only when told it may.
-	pk.Mods.AllowResponseInfo = true
 	return pk, left, shapeDeliver
 }
 

@@ -626,20 +626,10 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 	var buf bytes.Buffer
 	max := cl.Properties.Props.MaximumPacketSize
 	for i := range batch {
-		pk := &batch[i].pk
-		pk.ProtocolVersion = cl.Properties.ProtocolVersion
-		// The publisher's Response Topic and Correlation Data are part of
-		// the value; the encoder writes them only when told it may.
-		pk.Mods.AllowResponseInfo = true
-		start := buf.Len()
-		err := pk.PublishEncode(&buf)
-		if err == nil && max > 0 && uint32(buf.Len()-start) > max {
-			err = packets.ErrPacketTooLarge
-		}
+		err := encodeDelivery(&buf, &batch[i].pk, cl.Properties.ProtocolVersion, max)
 		if err == nil {
 			continue
 		}
-		buf.Truncate(start)
 		if buf.Len() > 0 {
 			cl.Lock()
 			_, _ = cl.Net.Conn.Write(buf.Bytes())

@@ -149,9 +149,9 @@ func (b *Broker) discardWill(s *session, pk packets.Packet) {
 	s.mu.Unlock()
 }
 
-// willAtConnectionEnd starts the Will's wait, or publishes it now. It
-// reports whether the session's stored record changed. A session ending
-// with its connection publishes through endSession instead.
+// willAtConnectionEnd starts the Will's wait, or publishes it now; the
+// caller stores the session afterwards. A session ending with its
+// connection publishes through endSession instead.
 func (b *Broker) willAtConnectionEnd(s *session) {
 	if b.closing.Load() {
 		// The broker's own stop cut the connection: the device did not die.
@@ -284,13 +284,13 @@ func (b *Broker) fireDueWills() {
 		s.will = nil
 		s.mu.Unlock()
 		b.publishWill(s.id, w)
-		b.restoreWillRecord(s)
+		b.storeAfterWill(s)
 	}
 }
 
-// restoreWillRecord rewrites a session's stored record after its Will was
+// storeAfterWill rewrites a session's stored record after its Will was
 // published, so a restart does not publish it again.
-func (b *Broker) restoreWillRecord(s *session) {
+func (b *Broker) storeAfterWill(s *session) {
 	if cl, ok := b.mqtt.Clients.Get(s.id); ok {
 		if err := b.storeSessionOf(s, cl); err != nil {
 			b.log.Error("storing a session after its Will", "client", s.id, "error", err)
