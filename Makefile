@@ -6,7 +6,7 @@ REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo devel)
 BIN := bin/saguin
 MODULES := storage broker examples
 
-.PHONY: build run test test-go vet bench invariants chaos-bin chaos-short chaos conformance clean
+.PHONY: build run test test-go vet fuzz-short bench invariants chaos-bin chaos-short chaos conformance clean
 
 build:
 	@mkdir -p bin
@@ -32,7 +32,14 @@ test: vet
 	done
 	@echo "== linearizability"; cd linearizability && $(GO) test -count=1 -short -timeout 10m ./...
 	@echo "== chaos (faultfs, harness, negative controls)"; cd chaos && $(GO) test -count=1 -short -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory chaos-short
+
+# Every fuzz target, mutating for FUZZTIME each (their seed corpora already
+# ran as tests above).
+FUZZTIME ?= 5s
+fuzz-short:
+	@echo "== fuzz"; FUZZTIME=$(FUZZTIME) bash scripts/fuzz-short.sh
 
 bench: build
 	cd broker && $(GO) run ./cmd/saguin-bench

@@ -8,6 +8,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/config"
 	"saguin.dev/broker/topic"
 )
 
@@ -15,6 +16,32 @@ import (
 // "Point read"): the payload names the topic, the answer goes to the
 // Response Topic.
 const pointReadTopic = "$saguin/kv/get"
+
+// pointReadKeyRefusal judges a point read's key, which is client input (a
+// payload of any bytes): bounds first, on its declared length, then its
+// form (invariant 13; RFC 0003 §9). A key it accepts is one topic a value
+// can be held under: within the limits, valid UTF-8 without NUL, no
+// wildcard, outside the reserved $ space.
+func pointReadKeyRefusal(key string, lim config.Limits) (packets.Code, bool) {
+	switch {
+	case key == "":
+		return withReason(codeImplementation, "a point read names the topic to read in its payload, which is empty"), true
+	case len(key) > lim.MaxTopicLength:
+		return withReason(codeTopicInvalid,
+			fmt.Sprintf("the key is %d bytes; limits.max_topic_length is %d", len(key), lim.MaxTopicLength)), true
+	case topic.Levels(key) > lim.MaxTopicLevels:
+		return withReason(codeTopicInvalid,
+			fmt.Sprintf("the key has %d levels; limits.max_topic_levels is %d", topic.Levels(key), lim.MaxTopicLevels)), true
+	case strings.ContainsAny(key, "+#"):
+		return withReason(codeTopicInvalid, "the key holds a wildcard; a point read names one topic"), true
+	case strings.HasPrefix(key, "$"):
+		return withReason(codeTopicInvalid, "the key is in the reserved $ space, which holds no channel's value"), true
+	}
+	if err := topic.ValidTopic(key); err != nil {
+		return withReason(codeTopicInvalid, "the key is not a topic: "+err.Error()), true
+	}
+	return packets.Code{}, false
+}
 
 // pointRead answers a read of one key of a latest channel. The answer is
 // written only to the asking connection, on its Response Topic: it is not
@@ -40,23 +67,8 @@ func (b *Broker) pointRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 			fmt.Sprintf("the Response Topic %q is not a topic an answer can be sent on", rt)))
 	}
 	key := string(pk.Payload)
-	lim := b.cfg.Broker.Limits
-	switch {
-	case key == "":
-		return b.refuse(cl, pk, withReason(codeImplementation, "a point read names the topic to read in its payload, which is empty"))
-	case len(key) > lim.MaxTopicLength:
-		return b.refuse(cl, pk, withReason(codeTopicInvalid,
-			fmt.Sprintf("the key is %d bytes; limits.max_topic_length is %d", len(key), lim.MaxTopicLength)))
-	case topic.Levels(key) > lim.MaxTopicLevels:
-		return b.refuse(cl, pk, withReason(codeTopicInvalid,
-			fmt.Sprintf("the key has %d levels; limits.max_topic_levels is %d", topic.Levels(key), lim.MaxTopicLevels)))
-	case strings.ContainsAny(key, "+#"):
-		return b.refuse(cl, pk, withReason(codeTopicInvalid, "the key holds a wildcard; a point read names one topic"))
-	case strings.HasPrefix(key, "$"):
-		return b.refuse(cl, pk, withReason(codeTopicInvalid, "the key is in the reserved $ space, which holds no channel's value"))
-	}
-	if err := topic.ValidTopic(key); err != nil {
-		return b.refuse(cl, pk, withReason(codeTopicInvalid, "the key is not a topic: "+err.Error()))
+	if code, refused := pointReadKeyRefusal(key, b.cfg.Broker.Limits); refused {
+		return b.refuse(cl, pk, code)
 	}
 	name, ok := b.resolver.Resolve(key)
 	if !ok {

@@ -272,6 +272,12 @@ func (q *queueEngine) countAttempt(d *delivery, now time.Time) {
 	q.noteChangedLocked(d.offset, false)
 }
 
+// isVerdict reports whether an answer's payload is one of the two a worker
+// may give (RFC 0003 "Acknowledgement and return"): exactly "ack" or
+// "return", case and bytes as written — anything else is ignored, never
+// guessed at.
+func isVerdict(payload string) bool { return payload == "ack" || payload == "return" }
+
 // answer applies a worker's ack or return. Invariant 3: it is applied only
 // when the Delivery ID is known, is the job's current delivery, and the
 // answering session is the one holding it; otherwise it changes nothing and
@@ -294,7 +300,7 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 		q.b.log.Info("queue answer ignored: another session holds the job", "queue", q.ch.name, "client", s.id,
 			"holder", d.worker.sess.id)
 		return
-	case payload != "ack" && payload != "return":
+	case !isVerdict(payload):
 		q.mu.Unlock()
 		q.b.log.Info("queue answer ignored: payload is neither ack nor return", "queue", q.ch.name, "client", s.id)
 		return

@@ -18,21 +18,45 @@ import (
 // the rest by name rather than pretending.
 func (b *Broker) publishReserved(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	t := pk.TopicName
-	if t == pointReadTopic {
+	switch route, name := reservedRoute(t); route {
+	case routePointRead:
 		return b.pointRead(cl, pk) // pointread.go
-	}
-	if rest, ok := strings.CutPrefix(t, "$saguin/consumer/"); ok {
-		if name, ok := strings.CutSuffix(rest, "/seek"); ok && !strings.Contains(name, "/") {
-			return b.seek(cl, pk, name)
-		}
-	}
-	if rest, ok := strings.CutPrefix(t, "$saguin/queue/"); ok {
-		if name, ok := strings.CutSuffix(rest, "/response"); ok && !strings.Contains(name, "/") {
-			return b.queueAnswer(cl, pk, name)
-		}
+	case routeSeek:
+		return b.seek(cl, pk, name)
+	case routeQueueAnswer:
+		return b.queueAnswer(cl, pk, name)
 	}
 	return b.refuse(cl, pk, withReason(codeTopicInvalid,
 		fmt.Sprintf("%s is not a topic clients may publish to under $saguin/", t)))
+}
+
+// The $saguin/ topics a client may publish to (RFC 0003: seek, point read,
+// queue answers).
+const (
+	routeNone = iota
+	routePointRead
+	routeSeek        // $saguin/consumer/<channel>/seek
+	routeQueueAnswer // $saguin/queue/<queue>/response
+)
+
+// reservedRoute reads a $saguin/ publish topic, which is client input: the
+// channel or queue it names is one whole level, never empty and never
+// holding a '/', so no topic can address a name it does not spell out.
+func reservedRoute(t string) (int, string) {
+	if t == pointReadTopic {
+		return routePointRead, ""
+	}
+	if rest, ok := strings.CutPrefix(t, "$saguin/consumer/"); ok {
+		if name, ok := strings.CutSuffix(rest, "/seek"); ok && name != "" && !strings.Contains(name, "/") {
+			return routeSeek, name
+		}
+	}
+	if rest, ok := strings.CutPrefix(t, "$saguin/queue/"); ok {
+		if name, ok := strings.CutSuffix(rest, "/response"); ok && name != "" && !strings.Contains(name, "/") {
+			return routeQueueAnswer, name
+		}
+	}
+	return routeNone, ""
 }
 
 // seekTarget is a parsed seek payload (RFC 0003 §8 "Seek").
