@@ -10,7 +10,11 @@
 //   - a 10,000-topic latest channel's state sent to a new subscriber, one
 //     latest update fanned out to 1,000 subscribers (beside the reference
 //     brokers' retained messages), and point reads per second on
-//     $saguin/kv/get from 1 and 32 clients (Sagüin alone; latest.go).
+//     $saguin/kv/get from 1 and 32 clients (Sagüin alone; latest.go);
+//   - the memory of 10,000 idle durable sessions and of as many connected
+//     clients, the time for all of them to reconnect at once, and an
+//     offline backlog of 100 messages for 1,000 away sessions stored and
+//     delivered (sessions.go).
 //
 // Every figure comes from a run whose messages were all accounted for: a
 // PUBACK other than 0x00, a message lost, duplicated or reordered, or a gap
@@ -23,9 +27,10 @@
 // figure set beside Sagüin's is re-measured under a footnoted fallback.
 // Every process it starts is stopped on the way out, on a signal too.
 //
-//	go run ./cmd/saguin-bench            the full run (about 6-7 minutes)
-//	go run ./cmd/saguin-bench -quick     a smoke run (about 2 minutes)
+//	go run ./cmd/saguin-bench            the full run (about 9 minutes)
+//	go run ./cmd/saguin-bench -quick     a smoke run (about 3 minutes)
 //	go run ./cmd/saguin-bench -quick -scenarios latest    the latest figures alone
+//	go run ./cmd/saguin-bench -quick -scenarios sessions  session memory, reconnect storm, offline backlog
 package main
 
 import (
@@ -45,6 +50,11 @@ import (
 )
 
 func main() {
+	if os.Getenv(childEnv) == childMochi {
+		// A copy of this command serving mochi for the sessions scenarios,
+		// which read a broker's memory from a process of its own.
+		os.Exit(serveMochiChild(os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
@@ -79,6 +89,15 @@ type options struct {
 	fanOutSubs   int
 	fanOutRounds int
 	readClients  []int
+	// sessions scenarios (sessions.go)
+	sessions          int
+	backlogSessions   int
+	backlogMessages   int
+	dialers           int
+	createConcurrency int
+	sessionsTimeout   time.Duration
+	rssSettle         time.Duration
+	connectRate       string
 }
 
 func (o options) has(broker string) bool { return slices.Contains(o.brokers, broker) }
@@ -88,8 +107,9 @@ func (o options) runs(scenario string) bool { return slices.Contains(o.scenarios
 
 // scenarioGroups are what -scenarios selects from: the throughput table
 // (append, its read-back, broadcast), the replay, the start-up, and the
-// latest channel's figures.
-var scenarioGroups = []string{"throughput", "replay", "startup", "latest"}
+// latest channel's figures, and durable sessions' memory, reconnect storm
+// and offline backlog.
+var scenarioGroups = []string{"throughput", "replay", "startup", "latest", "sessions"}
 
 // Bounds on what the flags may ask for (invariant 13: a benchmark that
 // allocates per publisher or per record takes no unbounded count).
@@ -134,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "bound on the whole run")
 	fs.StringVar(&scenarios, "scenarios", strings.Join(scenarioGroups, ","), "scenario groups to run: some of "+strings.Join(scenarioGroups, ", "))
 	latestFlags(fs, &o, &readClients)
+	sessionFlags(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -167,6 +188,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-scenarios: %w", err)
 	}
 	if err := checkLatest(&o, set, readClients); err != nil {
+		return o, err
+	}
+	if err := checkSessions(&o, set); err != nil {
 		return o, err
 	}
 	switch {

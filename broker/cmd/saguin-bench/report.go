@@ -50,6 +50,7 @@ type results struct {
 	replay    map[string]readCell // storage -> replay
 	startup   *startupCell
 	latest    *latestResults
+	sessions  *sessionResults
 
 	saguinErrs []string
 	refErrs    []string
@@ -63,6 +64,7 @@ func newResults() *results {
 		verify:    map[string]readCell{},
 		replay:    map[string]readCell{},
 		latest:    newLatestResults(),
+		sessions:  newSessionResults(),
 	}
 }
 
@@ -94,7 +96,12 @@ func (b *bench) report(total time.Duration) {
 		fmt.Fprintf(w, "saguin: %s\n", orUnknown(b.saguinRev))
 	}
 	if b.o.has("mochi") {
-		fmt.Fprintf(w, "mochi-mqtt: %s, in-process, default options, allow-all auth hook\n", "v"+strings.TrimPrefix(loadgen.MochiVersion, "v"))
+		where := "in-process"
+		if b.o.runs("sessions") {
+			// Its memory is read from a process of its own (sessprocs.go).
+			where += " (sessions: in a child process)"
+		}
+		fmt.Fprintf(w, "mochi-mqtt: %s, %s, default options, allow-all auth hook\n", "v"+strings.TrimPrefix(loadgen.MochiVersion, "v"), where)
 	}
 	if b.o.has("mosquitto") {
 		fmt.Fprintf(w, "mosquitto: %s (%s), generated config: listener on 127.0.0.1, allow_anonymous true\n", orUnknown(b.mosqVer), b.o.mosquitto)
@@ -123,6 +130,9 @@ func (b *bench) report(total time.Duration) {
 	}
 	if b.o.runs("latest") {
 		b.reportLatest()
+	}
+	if b.o.runs("sessions") {
+		b.reportSessions()
 	}
 
 	fmt.Fprintln(w)

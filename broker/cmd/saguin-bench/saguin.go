@@ -116,6 +116,12 @@ func saguinVersion(ctx context.Context, bin string) string {
 // channel while it is accounted for. log_level info, because the listening
 // line is logged at info.
 func saguinConfig(storage, dataDir string) (string, error) {
+	return saguinConfigWith(storage, dataDir, "")
+}
+
+// saguinConfigWith is saguinConfig with broker.limits entries (YAML lines
+// indented under limits:, joined by a newline and four spaces), or none.
+func saguinConfigWith(storage, dataDir, limits string) (string, error) {
 	var provider string
 	switch storage {
 	case "memory":
@@ -125,10 +131,13 @@ func saguinConfig(storage, dataDir string) (string, error) {
 	default:
 		return "", fmt.Errorf("unknown storage %q", storage)
 	}
+	if limits != "" {
+		limits = "\n  limits:\n    " + limits
+	}
 	return fmt.Sprintf(`# written by saguin-bench
 broker:
   id: bench
-  log_level: info
+  log_level: info%s
   mqtt:
     listen:
       tcp:
@@ -153,7 +162,7 @@ channels:
   fanout:
     type: latest
     filter: "fanout/#"
-`, provider), nil
+`, limits, provider), nil
 }
 
 // writeConfig writes the configuration for storage into dir and returns its
@@ -164,6 +173,14 @@ func writeConfig(storage, dir string) (string, error) {
 	}
 	body, err := saguinConfig(storage, dir)
 	if err != nil {
+		return "", err
+	}
+	return writeConfigBody(dir, body)
+}
+
+// writeConfigBody writes a configuration into dir and returns its path.
+func writeConfigBody(dir, body string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, "saguin.yaml")

@@ -53,6 +53,9 @@ func (b *bench) header(ctx context.Context) {
 		fmt.Fprintf(b.out, "latest: state of %d topics; fan-out to %d subscribers, %d rounds after a warm-up; point reads from %v clients for %s each\n",
 			b.o.stateTopics, b.o.fanOutSubs, b.o.fanOutRounds, b.o.readClients, b.o.duration)
 	}
+	if b.o.runs("sessions") {
+		fmt.Fprintln(b.out, b.sessionsHeader())
+	}
 	fmt.Fprintln(b.out)
 }
 
@@ -90,11 +93,20 @@ func (b *bench) runAll(ctx context.Context) {
 	if b.o.has("mochi") && b.o.runs("latest") && ctx.Err() == nil {
 		b.runMochiLatest(ctx)
 	}
+	if b.o.runs("sessions") {
+		b.raiseSessionLimit()
+	}
+	if b.o.has("mosquitto") && b.o.runs("sessions") && ctx.Err() == nil {
+		b.runMosquittoSessions(ctx)
+	}
+	if b.o.has("mochi") && b.o.runs("sessions") && ctx.Err() == nil {
+		b.runMochiSessions(ctx)
+	}
 	if !b.o.has("saguin") || ctx.Err() != nil {
 		return
 	}
 	perStorage := b.o.runs("throughput") || b.o.runs("replay") || b.o.runs("latest")
-	if !perStorage && !(b.o.runs("startup") && b.o.startupRecords > 0) {
+	if !perStorage && !(b.o.runs("startup") && b.o.startupRecords > 0) && !b.o.runs("sessions") {
 		return
 	}
 	bin := b.o.saguinBin
@@ -115,6 +127,12 @@ func (b *bench) runAll(ctx context.Context) {
 	}
 	if b.o.runs("startup") && b.o.startupRecords > 0 && ctx.Err() == nil {
 		b.runStartup(ctx, bin)
+	}
+	for _, storage := range b.o.storages {
+		if !b.o.runs("sessions") || ctx.Err() != nil {
+			break
+		}
+		b.runSaguinSessions(ctx, bin, storage)
 	}
 }
 
