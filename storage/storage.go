@@ -243,3 +243,58 @@ type ValueStore interface {
 	// Next is the offset the next Put takes.
 	Next() uint64
 }
+
+// Held is one unreleased QoS 2 publish (RFC 0003 §2): the record a client
+// handed over at PUBREC, waiting in its channel's provider for the PUBREL
+// that makes it a record. A hold has no offset and is invisible to readers
+// and to retention (invariant 1: an offset taken early would let a record
+// appear below a position that already moved past it). It counts against
+// the provider's max_bytes, not the channel's.
+type Held struct {
+	// Channel is the channel the PUBLISH resolved to; a release writes
+	// there whatever the topic resolves to by then.
+	Channel string
+	// ClientID and PacketID name the exchange: one hold per client per
+	// packet identifier per channel.
+	ClientID string
+	PacketID uint16
+	// HeldAt is when the hold was taken (the broker's clock), for
+	// broker.qos2.expires_after.
+	HeldAt time.Time
+	// Record is the record the release writes; its Offset is zero.
+	Record Record
+}
+
+// HoldStore keeps a provider's held QoS 2 publishes. Every provider
+// implements it next to Provider; the channel named must be open (asked
+// for through Append, Queue or Values) in the same provider.
+type HoldStore interface {
+	// Hold keeps h until its release or drop. ErrFull when the provider's
+	// max_bytes less its reserve refuses it, or the channel (append or
+	// queue) is already at its own max_bytes: then nothing is held. A
+	// second hold for the same (channel, client, packet id) replaces
+	// nothing and returns an error wrapping ErrExists.
+	Hold(h Held) error
+	// Release writes the held record at the channel's next offset (append:
+	// the log; queue: a new job; latest: the topic's value) and deletes the
+	// hold, in one atomic operation: never both, never neither. It uses the
+	// provider's reserve, so a provider that filled after the hold does not
+	// refuse it; the channel's own max_bytes (append, queue) may, with
+	// ErrFull, and the hold stays. ErrNotFound when there is no such hold.
+	Release(channel, clientID string, packetID uint16) (Record, error)
+	// DropHold deletes a hold without writing it; reports whether one was
+	// there.
+	DropHold(channel, clientID string, packetID uint16) (bool, error)
+	// Holds lists the holds the provider can see, ordered by channel,
+	// client and packet id (start-up, expiry and session ends): those of
+	// its open channels and, on sqlite, those of channels its file keeps
+	// that nobody opened (a channel removed from the configuration), which
+	// the broker drops at start (RFC 0003 §2). DropHold takes their names.
+	Holds() ([]Held, error)
+	// AbandonedAtOpen is how many holds the provider itself dropped while
+	// opening (memory: a channel file older than the manifest's shutdown).
+	AbandonedAtOpen() int
+}
+
+// ErrExists: a hold for the same exchange is already kept.
+var ErrExists = errors.New("already exists")

@@ -27,6 +27,7 @@ type appendLog struct {
 	bytes     int64
 	maxBytes  int64
 	positions map[string]storage.Position
+	holds     holdSet // unreleased QoS 2 publishes (holds.go)
 }
 
 var _ storage.AppendLog = (*appendLog)(nil)

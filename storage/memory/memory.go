@@ -57,6 +57,10 @@ type Faults struct {
 	// abandons the replacement and must leave the old file whole
 	// (invariant 14).
 	BeforeSnapshotRename func(path string) error
+	// BetweenReleaseHalves runs inside a QoS 2 release, after the record
+	// was written at the next offset and before the hold is deleted. An
+	// error must undo the write: never both, never neither (RFC 0003 §2).
+	BetweenReleaseHalves func() error
 }
 
 // Provider is a memory provider. It implements storage.Provider.
@@ -82,7 +86,9 @@ type Provider struct {
 	restored map[string]*unit  // loaded from the snapshot, not yet asked for
 	dlqOf    map[string]string // restored dead-letter log -> its queue
 	lastAt   time.Time         // the loaded manifest's moment
-	lock     *os.File
+	// abandonedAtOpen counts holds dropped at Open (holds.go).
+	abandonedAtOpen int
+	lock            *os.File
 }
 
 var _ storage.Provider = (*Provider)(nil)
@@ -304,15 +310,15 @@ func (p *Provider) attach(name string, u *unit) {
 	delete(p.restored, name)
 	if u.values != nil {
 		p.values[name] = u.values
-		p.bytes.Add(u.values.bytes)
+		p.bytes.Add(u.values.bytes + u.values.holds.bytes())
 		return
 	}
 	p.logs[u.log.name] = u.log
-	n := u.log.bytes
+	n := u.log.bytes + u.log.holds.bytes()
 	if u.queue != nil {
 		delete(p.dlqOf, u.log.name)
 		p.queues[name] = u.queue
-		n += u.queue.bytes
+		n += u.queue.bytes + u.queue.holds.bytes()
 	}
 	p.bytes.Add(n)
 }

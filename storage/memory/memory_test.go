@@ -11,7 +11,8 @@ import (
 // suite's restarts go through a real snapshot.
 func open(t *testing.T, dir string, o storagetest.Opts) storage.Provider {
 	t.Helper()
-	p, err := Open(Options{Name: "mem", SnapshotDir: dir, MaxBytes: o.MaxBytes, Reserve: o.Reserve, Writer: "test-build", Now: o.Now})
+	p, err := Open(Options{Name: "mem", SnapshotDir: dir, MaxBytes: o.MaxBytes, Reserve: o.Reserve, Writer: "test-build", Now: o.Now,
+		Faults: &Faults{BetweenReleaseHalves: o.BetweenReleaseHalves}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -258,6 +258,13 @@ func (u *unit) encode(writer string, at time.Time) []byte {
 		pos := l.positions[r]
 		e.Position(&pos)
 	}
+	// The channel's unreleased QoS 2 publishes end the file (RFC 0004 §4);
+	// a queue's are the queue's (its dead-letter log takes none).
+	if q := u.queue; q != nil {
+		encodeHolds(e, q.holds)
+	} else {
+		encodeHolds(e, l.holds)
+	}
 	return e.Finish()
 }
 
@@ -406,6 +413,13 @@ func (p *Provider) checkManifest(m *manifest, files map[string]loadedFile) {
 		}
 		switch {
 		case f.at.Before(m.at):
+			// Its holds are of an exchange the later shutdown may have
+			// finished: dropped and counted abandoned (RFC 0004 §4).
+			if n := p.restored[name].dropHolds(); n > 0 {
+				p.abandonedAtOpen += n
+				p.log.Warn("dropped the held QoS 2 publishes of a channel file older than the manifest",
+					"provider", p.name, "channel", name, "holds", n)
+			}
 			p.log.Warn("channel file is from an earlier shutdown than the manifest: everything after that moment is gone",
 				"provider", p.name, "channel", name, "file", f.path, "written", f.at, "shutdown", m.at)
 		case f.at.After(m.at):
@@ -480,6 +494,7 @@ func (p *Provider) decodeUnit(body []byte) (*unit, error) {
 		if d.Err() == nil && u.log.name != name {
 			d.Fail("append channel %q holds a log named %q", name, u.log.name)
 		}
+		u.log.holds = decodeHolds(d, name)
 	case kindQueue:
 		q := &queueStore{p: p, name: name, next: d.Uint64()}
 		if n := d.Count("queue item", snapshot.MinQueueItemSize); n > 0 {
@@ -499,8 +514,10 @@ func (p *Provider) decodeUnit(body []byte) (*unit, error) {
 		if d.Err() == nil && (u.log.name == "" || u.log.name == name) {
 			d.Fail("queue %q has dead-letter channel %q", name, u.log.name)
 		}
+		q.holds = decodeHolds(d, name)
 	case kindLatest:
 		u.values = p.decodeValues(d, name)
+		u.values.holds = decodeHolds(d, name)
 	default:
 		d.Fail("channel %q has unknown kind %d", name, kind)
 	}
@@ -568,6 +585,7 @@ func (v *valueStore) encode(writer string, at time.Time) []byte {
 	for _, r := range v.vals {
 		e.Record(r)
 	}
+	encodeHolds(e, v.holds)
 	return e.Finish()
 }
 

@@ -33,6 +33,7 @@ type queueStore struct {
 	next     uint64 // stored, never derived (invariant 9)
 	bytes    int64
 	maxBytes int64
+	holds    holdSet // unreleased QoS 2 publishes (holds.go)
 }
 
 type qitem struct {

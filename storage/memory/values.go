@@ -32,6 +32,7 @@ type valueStore struct {
 	holes    int
 	next     uint64 // stored, never derived from vals (invariant 9)
 	bytes    int64
+	holds    holdSet // unreleased QoS 2 publishes (holds.go)
 }
 
 // offsetEntry is one value in offset order; rec is nil once the value was

@@ -70,8 +70,10 @@ func TestValueStoreFileLayout(t *testing.T) {
 		r := d.Record()
 		got = append(got, fmt.Sprintf("%s@%d", r.Topic, r.Offset))
 	}
-	if err := d.End(); err != nil || strings.Join(got, " ") != "a@4 b@1" {
-		t.Fatalf("values %v, %v; want a@4 b@1 and nothing after", got, err)
+	// Then the held QoS 2 publishes (none here) end the file (RFC 0004 §4).
+	holds := d.Count("hold", snapshot.MinHeldSize)
+	if err := d.End(); err != nil || strings.Join(got, " ") != "a@4 b@1" || holds != 0 {
+		t.Fatalf("values %v, %d holds, %v; want a@4 b@1, no holds and nothing after", got, holds, err)
 	}
 	mdata, _ := os.ReadFile(filepath.Join(dir, manifestName))
 	_, mbody, _ := snapshot.Parse(mdata)
@@ -93,6 +95,7 @@ func writeValues(t *testing.T, dir, name string, next uint64, count int, recs []
 	for i := range recs {
 		e.Record(&recs[i])
 	}
+	e.Count(0) // no held QoS 2 publishes
 	if err := os.WriteFile(filepath.Join(dir, snapshot.FileName(name)), e.Finish(), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -91,6 +91,11 @@ type Faults struct {
 	// transactions, where the first has already committed and an error (or
 	// the process dying) leaves the job in both places.
 	BetweenDeadLetterHalves func() error
+	// BetweenReleaseHalves runs inside a QoS 2 release's transaction,
+	// after the record is inserted at the next offset and before the hold
+	// row is deleted. A non-nil error rolls the release back: never both,
+	// never neither (RFC 0003 §2).
+	BetweenReleaseHalves func() error
 	// SplitDeadLetter makes the dead-letter move two transactions — the
 	// dead-letter write committed, then the removal from the queue — the
 	// non-atomic move invariant 5 forbids. Chaos negative control only.

@@ -14,10 +14,10 @@ import (
 const SchemaVersion = 20
 
 // schemaTables are the tables this build creates. RFC 0004 names eleven; the
-// session tables (held_publishes, sessions, session_inflight, share_groups,
-// share_returned) join this list, at this same version, when their stores
-// are built — before any release writes a database (latest_values joined
-// that way; storage-sqlite.md). All tables are STRICT, and none has an INSERT OR REPLACE path:
+// session tables (sessions, session_inflight, share_groups, share_returned)
+// join this list, at this same version, when their stores are built —
+// before any release writes a database (latest_values and held_publishes
+// joined that way; storage-sqlite.md). All tables are STRICT, and none has an INSERT OR REPLACE path:
 // the (channel, offset) primary keys make an offset reuse a failed insert
 // (invariant 9).
 var schemaTables = []struct{ name, ddl string }{
@@ -95,6 +95,27 @@ var schemaTables = []struct{ name, ddl string }{
 		size       INTEGER NOT NULL CHECK (size >= 0),
 		PRIMARY KEY (channel, topic),
 		UNIQUE (channel, "offset")
+	) STRICT`},
+	// Unreleased QoS 2 publishes (RFC 0003 §2): no offset until the
+	// release, which inserts the record at the channel's next offset and
+	// deletes this row in one transaction. Keyed by the exchange.
+	{"held_publishes", `CREATE TABLE held_publishes (
+		channel    INTEGER NOT NULL,
+		client     TEXT    NOT NULL CHECK (client != ''),
+		packet_id  INTEGER NOT NULL CHECK (packet_id BETWEEN 1 AND 65535),
+		held_at    INTEGER NOT NULL,
+		message_id TEXT    NOT NULL,
+		topic      TEXT    NOT NULL,
+		timestamp  INTEGER NOT NULL,
+		headers    TEXT,
+		payload    BLOB    NOT NULL,
+		props      TEXT,
+		retain     INTEGER NOT NULL,
+		qos        INTEGER NOT NULL,
+		publisher  TEXT    NOT NULL,
+		bridge     TEXT    NOT NULL,
+		size       INTEGER NOT NULL CHECK (size >= 0),
+		PRIMARY KEY (channel, client, packet_id)
 	) STRICT`},
 	{"positions", `CREATE TABLE positions (
 		channel   INTEGER NOT NULL,

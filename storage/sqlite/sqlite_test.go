@@ -92,6 +92,9 @@ func TestConformance(t *testing.T) {
 				t.Helper()
 				o := testOptions(filepath.Join(dir, "saguin.db"))
 				o.MaxBytes, o.Reserve, o.Now = so.MaxBytes, so.Reserve, so.Now
+				if so.BetweenReleaseHalves != nil {
+					o.Faults = &Faults{BetweenReleaseHalves: so.BetweenReleaseHalves}
+				}
 				v.mod(&o)
 				p, err := Open(o)
 				if err != nil {

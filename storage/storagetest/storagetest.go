@@ -35,6 +35,10 @@ type Opts struct {
 	// Now is the provider's clock; the suite steps it to judge position
 	// expiry at open. Never nil when the suite calls open.
 	Now func() time.Time
+	// BetweenReleaseHalves, when set, is the provider's fault hook inside
+	// a QoS 2 release, between the record's write and the hold's delete
+	// (memory and sqlite Faults.BetweenReleaseHalves).
+	BetweenReleaseHalves func() error
 }
 
 // OpenFunc opens a provider keeping its data in dir. It fails t itself
@@ -66,9 +70,9 @@ var Cases = []Case{
 	{"Closed", Closed},
 }
 
-// Run runs every case in Cases and then in ValueCases as a subtest.
+// Run runs every case in Cases, ValueCases and HoldCases as a subtest.
 func Run(t *testing.T, open OpenFunc) {
-	for _, c := range slices.Concat(Cases, ValueCases) {
+	for _, c := range slices.Concat(Cases, ValueCases, HoldCases) {
 		t.Run(c.Name, func(t *testing.T) { c.Test(t, open) })
 	}
 }

@@ -273,3 +273,40 @@ func (d *Decoder) Position() storage.Position {
 		Expiry:   d.Duration(),
 	}
 }
+
+// MinHeldSize is the smallest encoded hold: client, packet id, held-at and
+// a record without its offset's meaning (RFC 0004 §4: "holds (client,
+// packet id, held-at, record without offset)").
+const MinHeldSize = 4 + 4 + 8 + MinRecordSize
+
+// Held writes one unreleased QoS 2 publish. The channel is the file's, so
+// it is not written; the record's offset is written as 0.
+func (e *Encoder) Held(h *storage.Held) {
+	e.String(h.ClientID)
+	e.Uint32(uint32(h.PacketID))
+	e.Time(h.HeldAt)
+	r := h.Record
+	r.Offset = 0
+	e.Record(&r)
+}
+
+// Held reads one hold; channel is the file's channel. A packet id outside
+// 1..65535, an empty client id or a record with an offset is refused: a
+// hold takes no offset until its release (invariant 1).
+func (d *Decoder) Held(channel string) storage.Held {
+	h := storage.Held{Channel: channel}
+	h.ClientID = d.String("hold client id")
+	pid := d.Uint32()
+	h.HeldAt = d.Time()
+	h.Record = d.Record()
+	if d.Err() != nil {
+		return h
+	}
+	if pid == 0 || pid > 0xFFFF || h.ClientID == "" || h.Record.Offset != 0 {
+		d.Fail("hold of client %q packet id %d with offset %d (want a client id, a packet id in 1..65535, no offset)",
+			h.ClientID, pid, h.Record.Offset)
+		return h
+	}
+	h.PacketID = uint16(pid)
+	return h
+}
