@@ -118,7 +118,8 @@ func (c *campaign) init(ctx context.Context) error {
 		return err
 	}
 	hist := L.NewWriter(c.histFile, L.WriterOptions{})
-	c.env = &env{hist: hist, notes: newNoteWriter(c.notesFile, 10_000_000), vt: opt.VisibilityTimeout, opTimeout: opt.OpTimeout}
+	c.env = &env{hist: hist, notes: newNoteWriter(c.notesFile, 10_000_000), vt: opt.VisibilityTimeout, opTimeout: opt.OpTimeout,
+		wills: newWillTracker()}
 	c.env.proxy, err = NewProxy("127.0.0.1:1", hist.Now)
 	if err != nil {
 		return err
@@ -235,6 +236,25 @@ func (c *campaign) startActors(ctx context.Context) {
 	spawn(dr.run)
 	pr := newProber(e, "prober", 500*time.Millisecond)
 	spawn(pr.run)
+
+	// Session takeover (invariants 17, 18) and Wills (RFC 0003 "Last
+	// Will"): takeover.go, wills.go. Will clients stop with the producers,
+	// so the end waits out the last delays with nothing new armed.
+	for i := range takeoverClients {
+		tc := newTakeoverClient(e, fmt.Sprintf("tk-%d", i+1), seed+700+uint64(i))
+		spawn(tc.run)
+	}
+	ww := &willWatcher{env: e, name: "will-watch", track: e.wills}
+	spawn(ww.run)
+	for i := range willClients {
+		wc := &willClient{env: e, name: fmt.Sprintf("will-%d", i+1), rng: newLockedRand(seed + 800 + uint64(i)),
+			stop: c.producersStop, track: e.wills}
+		c.producers.Add(1)
+		go func() {
+			defer c.producers.Done()
+			wc.run(ctx)
+		}()
+	}
 	for i := range c.opt.Workers {
 		w := newWorker(e, fmt.Sprintf("worker-%d", i+1), i == 0, seed+400+uint64(i))
 		c.workers = append(c.workers, w)
@@ -342,6 +362,8 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 		if err := c.proc.signal(sigCont); err != nil {
 			return fmt.Errorf("SIGCONT: %w", err)
 		}
+		// The Will check counts the broker's running time from here.
+		e.note(Note{Kind: NoteNemesis, Detail: nemesisCont})
 		return nil
 	case NemesisCut:
 		d := jitter(c.rng, 200*time.Millisecond, 1500*time.Millisecond)

@@ -49,6 +49,19 @@ var Catalog = []CheckInfo{
 	{"subscribe-refused", []int{4}, "a worker's or reader's SUBSCRIBE refused"},
 	{"seek-refused", []int{1}, "a seek to the head or the floor refused"},
 	{"delivery-headers", []int{3, 8}, "a delivery missing saguin-id, saguin-offset or the Delivery ID"},
+	// Session takeover (takeover.go, takeover_check.go) and Wills (wills.go,
+	// will_check.go).
+	{"takeover-replay", []int{17}, "the connection that took a session over served an offset the broker had certainly been acknowledged by the old one (by its Receive Maximum), the broker running"},
+	{"takeover-reason", []int{17}, "a taken-over connection sent a DISCONNECT reason other than 0x8E, with no stop of the broker"},
+	{"takeover-old-open", []int{17}, "a taken-over connection still open an operation timeout after the new one's CONNACK"},
+	{"taken-over-unasked", []int{17}, "a connection sent DISCONNECT 0x8E when no CONNECT for its id was accepted (a refused one took it over)"},
+	{"session-present", []int{18, 17}, "Session Present 0 for a Clean Start 0 CONNECT of a durable session a CONNACK had said existed, outside every loss window (a refused CONNECT or a takeover ended it, or a restart lost it)"},
+	{"will-withdrawn-published", []int{18}, "a Will published after its client's DISCONNECT 0x00 was answered by the broker's close"},
+	{"will-missing", []int{14}, "a Will owed (DISCONNECT 0x04, a reset socket, a cut link) never published by the end, across kills and SIGTERMs too, outside every loss window"},
+	// RFC 0003 "Last Will", not one of the eighteen.
+	{"will-early", nil, "a Will published before its connection ended plus its Will Delay Interval"},
+	{"will-cancelled-published", nil, "a Will published although its client resumed its session within the delay and then withdrew it"},
+	{"will-topic-accepted", nil, "a CONNECT whose Will topic holds a wildcard accepted (RFC 0003 refuses it 0x90)"},
 	// RFC 0003 §9, not one of the eighteen: a latest consumer never sent an
 	// older value after a newer one; a point read of a key a latest channel
 	// holds is answered, on the asker's Response Topic, before its PUBACK.
@@ -57,9 +70,10 @@ var Catalog = []CheckInfo{
 	{"point-read-unanswered", nil, "a point read acknowledged with success and no answer on its Response Topic, the connection still up"},
 }
 
-// ruleOnly are the catalog entries no invariant covers: RFC 0003 §9's own
-// promises about latest channels and point reads.
-var ruleOnly = []string{"latest-order", "point-read-refused", "point-read-unanswered"}
+// ruleOnly are the catalog entries no invariant covers: RFC 0003's own
+// promises about latest channels, point reads and Wills.
+var ruleOnly = []string{"latest-order", "point-read-refused", "point-read-unanswered",
+	"will-early", "will-cancelled-published", "will-topic-accepted"}
 
 // CatalogEntry returns the catalog entry a Finding's check belongs to.
 func CatalogEntry(check string) (CheckInfo, bool) {

@@ -38,6 +38,13 @@ type Stats struct {
 	Restarts     int // stops and starts that keep committed writes
 	PowerCuts    int // crashes that may lose a window of acknowledged writes
 	LostInWindow int // acknowledged records a power cut dropped inside its window (allowed)
+	// The takeover workload: takeovers accepted, CONNECTs refused for a
+	// live id, and old connections seen sent DISCONNECT 0x8E.
+	Takeovers, Refusals, Disconnect8E int
+	// The Will workload: episodes, Wills read, Wills that had to be
+	// published (and of those, read after a restart), and Wills that must
+	// not be.
+	WillEpisodes, WillsSeen, WillsRequired, WillsAcrossCrash, WillsForbidden int
 	// MaxLoss is how long before its cut the oldest acknowledgement of a
 	// record a power cut dropped came (within the window, or it is a
 	// violation).
@@ -45,9 +52,11 @@ type Stats struct {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("publishes=%d acked=%d pending=%d reads=%d deliveries=%d answers=%d dead-letters=%d latest-writes=%d latest-reads=%d restarts=%d power-cuts=%d lost-in-window=%d max-loss=%s",
+	return fmt.Sprintf("publishes=%d acked=%d pending=%d reads=%d deliveries=%d answers=%d dead-letters=%d latest-writes=%d latest-reads=%d restarts=%d power-cuts=%d lost-in-window=%d max-loss=%s"+
+		"\n  takeovers=%d refused-connects=%d disconnect-0x8e=%d will-episodes=%d wills-read=%d wills-owed=%d (after a restart %d) wills-forbidden=%d",
 		s.Publishes, s.Acked, s.Pending, s.Reads, s.Deliveries, s.Answers, s.DeadLetters, s.LatestWrites, s.LatestReads,
-		s.Restarts, s.PowerCuts, s.LostInWindow, s.MaxLoss.Round(time.Millisecond))
+		s.Restarts, s.PowerCuts, s.LostInWindow, s.MaxLoss.Round(time.Millisecond),
+		s.Takeovers, s.Refusals, s.Disconnect8E, s.WillEpisodes, s.WillsSeen, s.WillsRequired, s.WillsAcrossCrash, s.WillsForbidden)
 }
 
 // CheckResult is what Check found.
@@ -166,6 +175,13 @@ func Check(ops []L.Op, notes []Note, opt CheckOptions) (*CheckResult, error) {
 	res.Violations = append(res.Violations, r.checkFloors()...)
 	res.Violations = append(res.Violations, r.checkResume(chanEvents)...)
 	res.Violations = append(res.Violations, r.checkDeadLetters()...)
+	res.Violations = append(res.Violations, r.checkTakeovers()...)
+	res.Violations = append(res.Violations, r.checkSessionPresent()...)
+	wf, fig := r.checkWills()
+	res.Violations = append(res.Violations, wf...)
+	res.Stats.WillEpisodes, res.Stats.WillsSeen, res.Stats.WillsRequired = fig.episodes, fig.seen, fig.required
+	res.Stats.WillsAcrossCrash, res.Stats.WillsForbidden = fig.acrossCrash, fig.forbidden
+	res.Stats.Takeovers, res.Stats.Refusals, res.Stats.Disconnect8E = r.takeoverFigures()
 	lost, maxLoss := r.lossFigures(chanEvents)
 	res.Stats.LostInWindow, res.Stats.MaxLoss = lost, maxLoss
 	return res, nil

@@ -27,6 +27,8 @@ type env struct {
 	opTimeout time.Duration // bound on every client operation
 
 	nextConn atomic.Int64
+	// wills lets the campaign's end wait for the Wills that are due.
+	wills *willTracker
 
 	// draining: workers acknowledge everything from now on (the drain the
 	// queue resolution check presumes).
@@ -127,9 +129,14 @@ type mconn struct {
 	lastHeard atomic.Int64 // last moment the broker was heard on this connection
 	acked     atomic.Int64 // a reader's highest offset acknowledged on this connection
 	closedAt  atomic.Int64 // when the harness itself closed it (0: it did not)
-	dead      chan struct{}
-	deadOnce  sync.Once
-	dropAt    int64 // earliest moment the broker may have seen it end; valid once dead
+	// received is a takeover client's highest offset received on it;
+	// discReason the reason code of a DISCONNECT the broker sent (-1: none).
+	received   atomic.Int64
+	discReason atomic.Int32
+	tsc        net.Conn // paho's writer: a DISCONNECT of our own goes through it
+	dead       chan struct{}
+	deadOnce   sync.Once
+	dropAt     int64 // earliest moment the broker may have seen it end; valid once dead
 }
 
 type dialOpts struct {
@@ -138,6 +145,10 @@ type dialOpts struct {
 	sessionExpiry uint32
 	manualAck     bool
 	receiveMax    uint16
+	// will, when set, is the connection's Will (wills.go, takeover.go).
+	will *paho.WillMessage
+	// willDelay is its Will Delay Interval, in seconds.
+	willDelay uint32
 	// onPublish runs on paho's delivery goroutine for every PUBLISH; it
 	// must not block (the PUBACK of an automatic acknowledgement waits for
 	// it, and a queue's visibility clock starts at that PUBACK, invariant 7).
@@ -147,6 +158,7 @@ type dialOpts struct {
 // dial connects through the proxy. Everything is time-bounded by opTimeout.
 func (e *env) dial(ctx context.Context, o dialOpts) (*mconn, error) {
 	c := &mconn{env: e, id: int(e.nextConn.Add(1)), clientID: o.clientID, dead: make(chan struct{})}
+	c.discReason.Store(-1)
 	d := net.Dialer{Timeout: e.opTimeout}
 	raw, err := d.DialContext(ctx, "tcp", e.proxy.Addr())
 	if err != nil {
@@ -163,15 +175,19 @@ func (e *env) dial(ctx context.Context, o dialOpts) (*mconn, error) {
 			return true, nil
 		},
 	}
+	c.tsc = packets.NewThreadSafeConn(raw)
 	c.pc = paho.NewClient(paho.ClientConfig{
 		ClientID:                   o.clientID,
-		Conn:                       packets.NewThreadSafeConn(raw),
+		Conn:                       c.tsc,
 		PacketTimeout:              e.opTimeout,
 		EnableManualAcknowledgment: o.manualAck,
 		SendAcksInterval:           5 * time.Millisecond,
 		OnPublishReceived:          handlers,
-		OnServerDisconnect:         func(*paho.Disconnect) { c.markDead() },
-		OnClientError:              func(error) { c.markDead() },
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			c.discReason.CompareAndSwap(-1, int32(d.ReasonCode))
+			c.markDead()
+		},
+		OnClientError: func(error) { c.markDead() },
 	})
 	cp := &paho.Connect{ClientID: o.clientID, CleanStart: o.cleanStart, KeepAlive: 20,
 		Properties: &paho.ConnectProperties{}}
@@ -183,11 +199,21 @@ func (e *env) dial(ctx context.Context, o dialOpts) (*mconn, error) {
 		rm := o.receiveMax
 		cp.Properties.ReceiveMaximum = &rm
 	}
+	if o.will != nil {
+		cp.WillMessage = o.will
+		if o.willDelay > 0 {
+			d := o.willDelay
+			cp.WillProperties = &paho.WillProperties{WillDelayInterval: &d}
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
 	ca, err := c.pc.Connect(cctx, cp)
 	if err != nil {
 		_ = raw.Close()
+		if ca != nil && ca.ReasonCode >= 0x80 {
+			return nil, &refusedError{clientID: o.clientID, code: ca.ReasonCode, at: e.now()}
+		}
 		return nil, fmt.Errorf("connect %s: %w", o.clientID, err)
 	}
 	c.connack = ca
@@ -197,6 +223,17 @@ func (e *env) dial(ctx context.Context, o dialOpts) (*mconn, error) {
 		c.markDead()
 	}()
 	return c, nil
+}
+
+// refusedError is a CONNECT the broker answered with a CONNACK refusing it.
+type refusedError struct {
+	clientID string
+	code     byte
+	at       int64 // when the CONNACK was received
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("connect %s: refused 0x%02x", e.clientID, e.code)
 }
 
 func (c *mconn) heard() { c.lastHeard.Store(c.env.now()) }
@@ -242,6 +279,42 @@ func (c *mconn) close() {
 	_ = c.raw.SetDeadline(time.Now().Add(2 * time.Second))
 	_ = c.pc.Disconnect(&paho.Disconnect{ReasonCode: 0})
 	c.markDead()
+}
+
+// disconnectAnswered sends DISCONNECT with reason rc and waits, bounded,
+// for the broker to close the connection. answered is true when it did so
+// itself: the link was not cut and no stop of the broker began meanwhile —
+// so what the DISCONNECT changes is stored (invariant 18: the close that
+// answers a DISCONNECT comes after it). sent is when the packet left.
+func (c *mconn) disconnectAnswered(rc byte) (sent int64, answered bool) {
+	stops := c.env.stops.Load()
+	sent = c.env.now()
+	c.closedAt.CompareAndSwap(0, sent)
+	_ = c.raw.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	if _, err := (&paho.Disconnect{ReasonCode: rc}).Packet().WriteTo(c.tsc); err != nil {
+		resetConn(c.raw)
+		<-c.pc.Done()
+		c.markDead()
+		return sent, false
+	}
+	timer := time.NewTimer(c.env.opTimeout)
+	defer timer.Stop()
+	select {
+	case <-c.pc.Done():
+	case <-timer.C:
+	}
+	done := false
+	select {
+	case <-c.pc.Done():
+		done = true
+	default:
+	}
+	_, cut := c.env.proxy.CutTime(c.local)
+	answered = done && !cut && stops%2 == 0 && c.env.stops.Load() == stops
+	resetConn(c.raw)
+	<-c.pc.Done()
+	c.markDead()
+	return sent, answered
 }
 
 // abort drops the connection without a DISCONNECT, as a crashing client does.

@@ -31,6 +31,19 @@ const (
 	// latest model (a register with delete per key).
 	chanState = "state"
 
+	// chanWills is an append channel (no retention) every Will client's
+	// Will goes to, one topic per client (wills/<client id>): stored, a
+	// Will published while the watcher is away (a cut, a restart) is still
+	// read by it when its durable session resumes, where a broadcast
+	// topic's would rest on the session's queue alone (wills.go).
+	chanWills   = "wills"
+	topicWills  = "wills/"
+	filterWills = "wills/#"
+	// badWillTopic is a Will topic no broker may accept (a wildcard in a
+	// topic name: RFC 0003 "What is refused, and when", 0x90): the
+	// takeover workload's CONNECT that must be refused.
+	badWillTopic = "wills/+/refused"
+
 	topicEvents  = "events/"
 	topicTicks   = "ticks/"
 	topicJobs    = "jobs/"
@@ -109,8 +122,12 @@ broker:
   %s:
     type: latest
     filter: %q
+  %s:
+    type: append
+    filter: %q
 `, chanEvents, filterEvents, chanTicks, filterTicks, ticksRetention.Milliseconds(),
-		chanJobs, topicJobs, c.visibilityTimeout.Milliseconds(), c.maxAttempts, chanState, filterState)
+		chanJobs, topicJobs, c.visibilityTimeout.Milliseconds(), c.maxAttempts, chanState, filterState,
+		chanWills, filterWills)
 	return b.String(), nil
 }
 

@@ -43,6 +43,9 @@ func (c *campaign) final(ctx context.Context) error {
 		}
 	}
 	e.note(Note{Kind: NoteDrained})
+	if err := c.awaitWills(ctx); err != nil {
+		return err
+	}
 
 	c.logf("final: reading every channel from its floor")
 	if err := c.finalRead(ctx, chanEvents); err != nil {
@@ -137,3 +140,31 @@ func (c *campaign) finalRead(ctx context.Context, channel string) error {
 	c.logf("final read of %s: head %d, %s", channel, head, detail)
 	return nil
 }
+
+// awaitWills lets the Wills that are due be published before the campaign
+// ends: it waits until the watcher has seen every Will whose connection
+// ended in a way that announces its client (wills.go), bounded by the
+// latest due moment plus willGrace. The check, not this wait, decides
+// which of them had to come.
+func (c *campaign) awaitWills(ctx context.Context) error {
+	e := c.env
+	for {
+		n, last := e.wills.outstanding()
+		if n == 0 || e.now() > last+willGrace.Nanoseconds() {
+			if n > 0 {
+				c.logf("final: %d Wills unseen %s after the last fell due", n, willGrace)
+			}
+			break
+		}
+		if err := c.wait(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	e.note(Note{Kind: NoteWillsDone})
+	return nil
+}
+
+// willGrace is how long past its due moment a Will is waited for at the
+// end: the broker checks waiting Wills once a second, and a Will owed
+// across a restart is published at the start (RFC 0003).
+const willGrace = 5 * time.Second

@@ -102,6 +102,12 @@ func runCampaign(t *testing.T, opt Options) *Report {
 func mustBeClean(t *testing.T, rep *Report) {
 	t.Helper()
 	if !rep.OK() {
+		if keep := os.Getenv("SAGUIN_CHAOS_KEEP"); keep != "" {
+			// t.TempDir goes with the test: keep the failing run's history.
+			if err := os.CopyFS(filepath.Join(keep, filepath.Base(rep.OutDir)), os.DirFS(rep.OutDir)); err != nil {
+				t.Logf("keep %s: %v", rep.OutDir, err)
+			}
+		}
 		t.Fatalf("campaign failed; replay with SAGUIN_CHAOS_SEED=%d\n%s", rep.Seed, rep.Details())
 	}
 }
@@ -122,7 +128,8 @@ func TestChaosShort(t *testing.T) {
 		t.Fatalf("%d SIGKILL cycles, want at least %d", rep.Applied[NemesisKill], minKills)
 	}
 	s := rep.Stats
-	if s.Acked == 0 || s.Reads == 0 || s.Deliveries == 0 || s.Answers == 0 || s.Restarts < minKills {
+	if s.Acked == 0 || s.Reads == 0 || s.Deliveries == 0 || s.Answers == 0 || s.Restarts < minKills ||
+		s.Takeovers == 0 || s.Refusals == 0 || s.WillsRequired == 0 || s.WillsForbidden == 0 {
 		t.Fatalf("the workload did not run: %s", s)
 	}
 	doctorRealHistory(t, rep)
@@ -208,6 +215,7 @@ func doctorRealHistory(t *testing.T, rep *Report) {
 	}
 
 	doctorLatest(t, r, ops, notes, recheck)
+	doctorSessions(t, r, ops, notes, recheck)
 
 	// The floor gone back: one more probe of ticks after the last, lower.
 	var top Note

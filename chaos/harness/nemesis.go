@@ -29,6 +29,9 @@ const (
 	NemesisPowerCut = "powercut"
 )
 
+// nemesisCont is the note a stop's SIGCONT leaves: the broker runs again.
+const nemesisCont = "cont"
+
 // AllNemeses lists the nemeses in a fixed order.
 func AllNemeses() []string {
 	return []string{NemesisKill, NemesisTerm, NemesisStop, NemesisCut, NemesisPowerCut}

@@ -24,6 +24,15 @@ type Note struct {
 	SessionPresent bool   `json:"session_present,omitempty"`
 	Value          int64  `json:"value,omitempty"`
 	Detail         string `json:"detail,omitempty"`
+	// The session-takeover and Will workloads' notes carry more times
+	// (takeover.go, wills.go say what each means for their kinds).
+	Peer     int   `json:"peer,omitempty"`
+	Sent     int64 `json:"sent,omitempty"`
+	End      int64 `json:"end,omitempty"`
+	Resumed  int64 `json:"resumed,omitempty"`
+	Closed   int64 `json:"closed,omitempty"`
+	Delay    int64 `json:"delay_ns,omitempty"`
+	Received int64 `json:"received,omitempty"`
 }
 
 // Note kinds.
@@ -46,6 +55,27 @@ const (
 	// NoteDrained: the queue drained (nothing offered for longer than the
 	// visibility timeout plus a tick, every worker acknowledging).
 	NoteDrained = "drained"
+	// NoteTakeover: connection Conn of ClientID was accepted at T while
+	// connection Peer still owned the id; its CONNECT was sent at Sent,
+	// when Peer had received offsets of events up to Received (at End).
+	// Conn 0: the CONNECT got no CONNACK, and may have taken Peer over.
+	NoteTakeover = "takeover"
+	// NoteConnEnd: a takeover client's connection Conn ended at T; Value
+	// is the reason code of a DISCONNECT it was sent, or -1 for none.
+	NoteConnEnd = "conn_end"
+	// NoteRefused: a CONNECT for ClientID, sent at Sent while connection
+	// Peer owned it, was refused at T with reason code Value.
+	NoteRefused = "connect_refused"
+	// NoteWillEpisode: one Will client's life (wills.go): client id and
+	// Will payload ClientID, Will Delay Delay; its CONNECT sent at Sent and
+	// accepted at T; its connection ended at End the way Detail says;
+	// resumed at Resumed (0: not), DISCONNECT 0x00 sent at Closed.
+	NoteWillEpisode = "will_episode"
+	// NoteWillSeen: the watcher (connection Conn) was sent the Will of
+	// ClientID, payload Detail, at offset Value of the wills channel.
+	NoteWillSeen = "will_seen"
+	// NoteWillsDone: the final wait for the Wills due ended at T.
+	NoteWillsDone = "wills_done"
 	// NoteAbort: the campaign stopped early (Detail says why); the checks
 	// that need the end of a run are skipped.
 	NoteAbort = "abort"
