@@ -282,6 +282,12 @@ type HoldStore interface {
 	// refuse it; the channel's own max_bytes (append, queue) may, with
 	// ErrFull, and the hold stays. ErrNotFound when there is no such hold.
 	Release(channel, clientID string, packetID uint16) (Record, error)
+	// ReleaseAt is Release with the record's timestamp set to at (a zero
+	// at keeps the hold's). The broadcast log needs it: its timestamps
+	// rise with its offsets, which is what lets it be trimmed by age
+	// exactly below an offset, and a hold's receipt time is older than
+	// whatever was written while it waited.
+	ReleaseAt(channel, clientID string, packetID uint16, at time.Time) (Record, error)
 	// DropHold deletes a hold without writing it; reports whether one was
 	// there.
 	DropHold(channel, clientID string, packetID uint16) (bool, error)

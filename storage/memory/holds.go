@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"saguin.dev/storage"
 	"saguin.dev/storage/internal/snapshot"
@@ -194,6 +195,11 @@ func (p *Provider) Hold(h storage.Held) error {
 // Release writes the held record at the channel's next offset and deletes
 // the hold, under the channel's lock: both or neither.
 func (p *Provider) Release(channel, clientID string, packetID uint16) (storage.Record, error) {
+	return p.ReleaseAt(channel, clientID, packetID, time.Time{})
+}
+
+// ReleaseAt is Release with the written record stamped at (zero: as held).
+func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.Time) (storage.Record, error) {
 	t, err := p.holdTarget(channel)
 	if err != nil {
 		return storage.Record{}, err
@@ -213,7 +219,11 @@ func (p *Provider) Release(channel, clientID string, packetID uint16) (storage.R
 		// The hold stays: the client re-sends PUBREL once there is room.
 		return storage.Record{}, p.errf(channel, "release of %d bytes: channel at %s: %w", size, why, storage.ErrFull)
 	}
-	out, undo := t.write(h.Record, size)
+	rec := h.Record
+	if !at.IsZero() {
+		rec.Timestamp = at
+	}
+	out, undo := t.write(rec, size)
 	if f := p.faults.BetweenReleaseHalves; f != nil {
 		if err := f(); err != nil {
 			undo()

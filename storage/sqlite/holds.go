@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"saguin.dev/storage"
 )
@@ -87,6 +88,11 @@ func (p *Provider) Hold(h storage.Held) error {
 // after the hold does not refuse it). The channel's own max_bytes may
 // (append, queue): ErrFull, and the hold stays.
 func (p *Provider) Release(channel, clientID string, packetID uint16) (storage.Record, error) {
+	return p.ReleaseAt(channel, clientID, packetID, time.Time{})
+}
+
+// ReleaseAt is Release with the written record stamped at (zero: as held).
+func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.Time) (storage.Record, error) {
 	ch, err := p.openChannelOf(channel)
 	if err != nil {
 		return storage.Record{}, err
@@ -111,6 +117,9 @@ func (p *Provider) Release(channel, clientID string, packetID uint16) (storage.R
 			return fmt.Errorf("hold of client %q packet id %d: %w", clientID, packetID, err)
 		}
 		rec.Offset = 0
+		if !at.IsZero() {
+			rec.Timestamp = at
+		}
 		r := &pubReq{ch: ch, rec: rec}
 		if r.enc, err = encodeRecord(&rec); err != nil {
 			return err

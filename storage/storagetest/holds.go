@@ -20,6 +20,38 @@ var HoldCases = []Case{
 	{"HoldChannelMaxBytes", HoldChannelMaxBytes},
 	{"HoldProviderBoundAndReserve", HoldProviderBoundAndReserve},
 	{"HoldReleaseIsAtomic", HoldReleaseIsAtomic},
+	{"HoldReleaseAtStampsTheRecord", HoldReleaseAtStampsTheRecord},
+}
+
+// HoldReleaseAtStampsTheRecord: a release may stamp the record with the
+// moment it is written (the broadcast log's timestamps rise with its
+// offsets), and that stamp is what is stored and read back, across a
+// restart too; everything else of the record is as held.
+func HoldReleaseAtStampsTheRecord(t *testing.T, open OpenFunc) {
+	h := newHarness(t, open, Opts{})
+	l := h.log("events")
+	hs := holdStore(t, h.p)
+	sample := SampleRecords()[0]
+	mustHold(t, hs, held("events", "pub", 3, sample))
+	at := Base.Add(90 * time.Minute)
+	got, err := hs.ReleaseAt("events", "pub", 3, at)
+	if err != nil {
+		t.Fatalf("ReleaseAt: %v", err)
+	}
+	want := sample
+	want.Offset, want.Timestamp = 1, at
+	if d := RecordDiff(want, got); d != "" {
+		t.Fatalf("released record: %s", d)
+	}
+	h.restart()
+	l = h.log("events")
+	recs := readAll(t, l)
+	if len(recs) != 1 {
+		t.Fatalf("%d records after restart, want 1", len(recs))
+	}
+	if d := RecordDiff(want, recs[0]); d != "" {
+		t.Fatalf("stored record: %s", d)
+	}
 }
 
 func holdStore(t *testing.T, p storage.Provider) storage.HoldStore {
