@@ -41,8 +41,15 @@ FUZZTIME ?= 5s
 fuzz-short:
 	@echo "== fuzz"; FUZZTIME=$(FUZZTIME) bash scripts/fuzz-short.sh
 
-bench: build
-	cd broker && $(GO) run ./cmd/saguin-bench
+# NATS server's MQTT listener is the bench's durable 3.1.1 peer: a pinned
+# release installed into bin/, never a dependency of our modules.
+NATS_SERVER := bin/nats-server
+$(NATS_SERVER):
+	@mkdir -p bin
+	cd /tmp && GOWORK=off GOBIN=$(CURDIR)/bin $(GO) install github.com/nats-io/nats-server/v2@v2.15.2
+
+bench: build $(NATS_SERVER)
+	cd broker && $(GO) run ./cmd/saguin-bench -nats-server $(CURDIR)/$(NATS_SERVER) $(BENCH_FLAGS)
 
 # Chaos campaigns (rfcs/chaos-harness.md). Needs root, /dev/fuse and fuse3
 # for power cuts. chaos-short is part of make test: 35 cycles on sqlite

@@ -1,5 +1,14 @@
-// Command saguin-bench measures Sagüin beside mosquitto and a bare
-// mochi-mqtt server in one run and prints one table of ratios:
+// Command saguin-bench measures Sagüin beside mosquitto, a bare
+// mochi-mqtt server and NATS server's MQTT listener in one run and prints
+// one table of figures and ratios. By default (make bench) that is the
+// table of step 6 (table.go): QoS 1 publish with 64 in flight (broadcast,
+// append on memory and on sqlite), QoS 0 publish, a fan-out from one
+// publisher to 50 subscribers, the deaf-subscriber case, connection storms
+// of 2,000 and 10,000 clients, the queue cycle, the replay and the
+// start-up over 1,000,000 records; NATS is the durable MQTT 3.1.1 peer,
+// "n/a" where a scenario needs what it lacks.
+//
+// The other scenario groups (-scenarios) measure, on paho-based load:
 //
 //   - QoS 1 publish throughput into an append channel (memory and sqlite
 //     providers) and QoS 1 broadcast, with 1, 8 and 64 concurrent
@@ -27,8 +36,9 @@
 // figure set beside Sagüin's is re-measured under a footnoted fallback.
 // Every process it starts is stopped on the way out, on a signal too.
 //
-//	go run ./cmd/saguin-bench            the full run (about 9 minutes)
-//	go run ./cmd/saguin-bench -quick     a smoke run (about 3 minutes)
+//	go run ./cmd/saguin-bench            the full table (about 15 minutes)
+//	go run ./cmd/saguin-bench -quick     a smoke run of it (about 4 minutes)
+//	go run ./cmd/saguin-bench -scenarios throughput,replay,startup,latest,sessions   the earlier groups
 //	go run ./cmd/saguin-bench -quick -scenarios latest    the latest figures alone
 //	go run ./cmd/saguin-bench -quick -scenarios sessions  session memory, reconnect storm, offline backlog
 package main
@@ -98,6 +108,14 @@ type options struct {
 	sessionsTimeout   time.Duration
 	rssSettle         time.Duration
 	connectRate       string
+	// the table (table.go)
+	natsBin      string
+	storms       []int
+	inFlight     int
+	fanSubs      int
+	deafMessages int
+	deafWait     time.Duration
+	queueWorkers int
 }
 
 func (o options) has(broker string) bool { return slices.Contains(o.brokers, broker) }
@@ -109,7 +127,14 @@ func (o options) runs(scenario string) bool { return slices.Contains(o.scenarios
 // (append, its read-back, broadcast), the replay, the start-up, and the
 // latest channel's figures, and durable sessions' memory, reconnect storm
 // and offline backlog.
-var scenarioGroups = []string{"throughput", "replay", "startup", "latest", "sessions"}
+var scenarioGroups = []string{"table", "throughput", "replay", "startup", "latest", "sessions"}
+
+// defaultScenarios are what `make bench` runs: the one table, whose
+// replay and start-up rows the replay and startup groups measure.
+var defaultScenarios = []string{"table", "replay", "startup"}
+
+// brokerNames are what -brokers selects from.
+var brokerNames = []string{"saguin", "mochi", "mosquitto", "nats"}
 
 // Bounds on what the flags may ask for (invariant 13: a benchmark that
 // allocates per publisher or per record takes no unbounded count).
@@ -129,13 +154,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("saguin-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var pubs, brokers, storages, scenarios, readClients string
+	var pubs, brokers, storages, scenarios, readClients, storms string
 	fs.DurationVar(&o.duration, "duration", defaultDuration, "length of each throughput run (in-flight PUBACKs are still awaited)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke mode: 1s runs, 5,000-record replay and start-up database (explicit flags still win)")
 	fs.StringVar(&pubs, "publishers", "1,8,64", "comma-separated concurrent publisher counts")
 	fs.IntVar(&o.window, "window", 1, "QoS 1 publishes each publisher keeps in flight")
 	fs.IntVar(&o.payload, "payload", 128, "payload bytes")
-	fs.StringVar(&brokers, "brokers", "saguin,mochi,mosquitto", "brokers to measure")
+	fs.StringVar(&brokers, "brokers", strings.Join(brokerNames, ","), "brokers to measure (nats: the table only)")
 	fs.StringVar(&storages, "storages", "memory,sqlite", "Sagüin storage providers to measure")
 	fs.Int64Var(&o.replayRecords, "replay-records", defaultReplayRec, "records in the replayed channel")
 	fs.Int64Var(&o.startupRecords, "startup-records", defaultStartupRec, "records in the sqlite database start-up is timed over (0 = skip)")
@@ -152,8 +177,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.mochiQoS1, "mochi-qos1", true, "try mochi with a QoS 1 subscriber before falling back to QoS 0")
 	fs.IntVar(&o.gogc, "gogc", 400, "GC percent of this process (load generator and in-process mochi)")
 	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "bound on the whole run")
-	fs.StringVar(&scenarios, "scenarios", strings.Join(scenarioGroups, ","), "scenario groups to run: some of "+strings.Join(scenarioGroups, ", "))
+	fs.StringVar(&scenarios, "scenarios", strings.Join(defaultScenarios, ","), "scenario groups to run: some of "+strings.Join(scenarioGroups, ", "))
 	latestFlags(fs, &o, &readClients)
+	tableFlags(fs, &o, &storms)
 	sessionFlags(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -178,7 +204,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.publishers, err = parseCounts(pubs); err != nil {
 		return o, fmt.Errorf("-publishers: %w", err)
 	}
-	if o.brokers, err = parseSet(brokers, []string{"saguin", "mochi", "mosquitto"}); err != nil {
+	if o.brokers, err = parseSet(brokers, brokerNames); err != nil {
 		return o, fmt.Errorf("-brokers: %w", err)
 	}
 	if o.storages, err = parseSet(storages, []string{"memory", "sqlite"}); err != nil {
@@ -191,6 +217,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if err := checkSessions(&o, set); err != nil {
+		return o, err
+	}
+	if err := checkTable(&o, set, storms); err != nil {
 		return o, err
 	}
 	switch {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,14 @@ func TestFlagsRefused(t *testing.T) {
 	for _, args := range [][]string{
 		{"-publishers", "0"},
 		{"-publishers", "1,x"},
-		{"-brokers", "nats"},
+		{"-brokers", "emqx"},
+		{"-storms", "0"},
+		{"-storms", "100001"},
+		{"-in-flight", "0"},
+		{"-fanout", "0"},
+		{"-deaf-messages", "0"},
+		{"-deaf-wait", "6m"},
+		{"-queue-workers", "0"},
 		{"-storages", ""},
 		{"-duration", "0s"},
 		{"-window", "0"},
@@ -125,10 +133,20 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 		t.Fatalf("defaults are not the issue's: %+v", o)
 	}
 	// Issue 5's figures: a 10,000-topic state, fan-out to 1,000, point
-	// reads from 1 and 32 clients; every scenario group runs by default.
+	// reads from 1 and 32 clients.
 	if o.stateTopics != 10_000 || o.fanOutSubs != 1_000 || o.fanOutRounds != defaultFanOutRounds ||
-		len(o.readClients) != 2 || o.readClients[0] != 1 || o.readClients[1] != 32 || len(o.scenarios) != len(scenarioGroups) {
+		len(o.readClients) != 2 || o.readClients[0] != 1 || o.readClients[1] != 32 {
 		t.Fatalf("latest defaults are not the issue's: %+v", o)
+	}
+	// Step 6's table by default: every peer, 64 in flight, fan-out to 50,
+	// storms of 2,000 then 10,000, 30,000 publishes beside a deaf
+	// subscriber; with the replay and start-up its rows need.
+	if !slices.Equal(o.scenarios, []string{"table", "replay", "startup"}) || !slices.Equal(o.brokers, brokerNames) ||
+		o.inFlight != 64 || o.fanSubs != 50 || !slices.Equal(o.storms, []int{2000, 10000}) || o.deafMessages != 30_000 {
+		t.Fatalf("table defaults are not step 6's: %+v", o)
+	}
+	if o, err = parseFlags([]string{"-quick"}, &bytes.Buffer{}); err != nil || !slices.Equal(o.storms, []int{2000}) {
+		t.Fatalf("-quick storms: %v %+v", err, o.storms)
 	}
 }
 
@@ -159,7 +177,7 @@ func TestSaguinConfig(t *testing.T) {
 	if err != nil || !strings.Contains(sq, `file_path: "/d/saguin.db"`) {
 		t.Fatalf("sqlite: %v\n%s", err, sq)
 	}
-	for _, want := range []string{`filter: "events/#"`, `filter: "replay/#"`, "type: latest\n    filter: \"state/#\"", "type: latest\n    filter: \"fanout/#\"", `address: "127.0.0.1:0"`, "default_retention_period: none"} {
+	for _, want := range []string{`filter: "events/#"`, `filter: "replay/#"`, "type: latest\n    filter: \"state/#\"", "type: latest\n    filter: \"fanout/#\"", "type: queue\n    filter: \"jobs/#\"", `address: "127.0.0.1:0"`, "default_retention_period: none"} {
 		if !strings.Contains(sq, want) {
 			t.Errorf("configuration lacks %q", want)
 		}

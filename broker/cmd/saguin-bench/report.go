@@ -51,6 +51,7 @@ type results struct {
 	startup   *startupCell
 	latest    *latestResults
 	sessions  *sessionResults
+	table     *tableResults
 
 	saguinErrs []string
 	refErrs    []string
@@ -64,6 +65,7 @@ func newResults() *results {
 		verify:    map[string]readCell{},
 		replay:    map[string]readCell{},
 		latest:    newLatestResults(),
+		table:     newTableResults(),
 		sessions:  newSessionResults(),
 	}
 }
@@ -97,9 +99,9 @@ func (b *bench) report(total time.Duration) {
 	}
 	if b.o.has("mochi") {
 		where := "in-process"
-		if b.o.runs("sessions") {
+		if b.o.runs("sessions") || b.o.runs("table") {
 			// Its memory is read from a process of its own (sessprocs.go).
-			where += " (sessions: in a child process)"
+			where += " (sessions and the table: in a child process)"
 		}
 		fmt.Fprintf(w, "mochi-mqtt: %s, %s, default options, allow-all auth hook\n", "v"+strings.TrimPrefix(loadgen.MochiVersion, "v"), where)
 	}
@@ -109,7 +111,9 @@ func (b *bench) report(total time.Duration) {
 	if b.o.runs("throughput") {
 		b.reportThroughput()
 	}
-	if b.o.has("saguin") && (b.o.runs("replay") || b.o.runs("throughput") && b.o.verifyAppend || b.o.runs("startup") && r.startup != nil) {
+	if b.o.runs("table") {
+		b.reportTable()
+	} else if b.o.has("saguin") && (b.o.runs("replay") || b.o.runs("throughput") && b.o.verifyAppend || b.o.runs("startup") && r.startup != nil) {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "channel\tstorage\tfigure\t")
@@ -137,6 +141,9 @@ func (b *bench) report(total time.Duration) {
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "== targets")
+	if b.o.runs("table") && b.o.has("saguin") {
+		b.tableTargets()
+	}
 	b.targets()
 
 	if len(r.refErrs) > 0 {
@@ -228,7 +235,11 @@ func (b *bench) targets() {
 		return "MISSED"
 	}
 	if !b.o.runs("throughput") {
-		fmt.Fprintln(w, "append on sqlite, 64 publishers: not run (-scenarios without throughput)")
+		if c, ok := r.table.cells[rowAppendSql]["saguin"]; ok && c.ok && b.o.inFlight == 64 {
+			fmt.Fprintf(w, "append on sqlite, 64 publishers >= %s msgs/s: %s msgs/s (the table's), %s\n", commas(targetAppendSqlite64), commas(c.v), verdict(c.v >= targetAppendSqlite64))
+		} else if !b.o.runs("table") {
+			fmt.Fprintln(w, "append on sqlite, 64 publishers: not run (-scenarios without throughput)")
+		}
 	} else if slices.Contains(b.o.storages, "sqlite") && slices.Contains(b.o.publishers, 64) {
 		c := r.saguin["append sqlite"][64]
 		if c.ok {

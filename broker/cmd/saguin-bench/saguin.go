@@ -162,6 +162,9 @@ channels:
   fanout:
     type: latest
     filter: "fanout/#"
+  jobs:
+    type: queue
+    filter: "jobs/#"
 `, limits, provider), nil
 }
 

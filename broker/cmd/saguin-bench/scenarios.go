@@ -46,8 +46,14 @@ func (b *bench) header(ctx context.Context) {
 	}
 	fmt.Fprintf(b.out, "machine: %s/%s, %d CPUs, %s; work dir %s (%s)\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), b.dir, fs)
-	fmt.Fprintf(b.out, "load: QoS 1, %d-byte payloads, %d in flight per publisher, %s per run, publishers %v; subscriber Receive Maximum %d, at most %d messages behind; GOGC %d\n",
-		b.o.payload, b.o.window, b.o.duration, b.o.publishers, b.o.receiveMax, b.o.maxLag, b.o.gogc)
+	if b.o.runs("throughput") {
+		fmt.Fprintf(b.out, "load: QoS 1, %d-byte payloads, %d in flight per publisher, %s per run, publishers %v; subscriber Receive Maximum %d, at most %d messages behind; GOGC %d\n",
+			b.o.payload, b.o.window, b.o.duration, b.o.publishers, b.o.receiveMax, b.o.maxLag, b.o.gogc)
+	}
+	if b.o.runs("table") {
+		fmt.Fprintf(b.out, "table: %d-byte payloads, %d publishers, %s per run, fan-out to %d, storms of %v, %s QoS 1 publishes beside deaf subscribers; GOGC %d (this process)\n",
+			b.o.payload, b.o.inFlight, b.o.duration, b.o.fanSubs, b.o.storms, commas(float64(b.o.deafMessages)), b.o.gogc)
+	}
 	fmt.Fprintf(b.out, "scenarios: %s\n", strings.Join(b.o.scenarios, ", "))
 	if b.o.runs("latest") {
 		fmt.Fprintf(b.out, "latest: state of %d topics; fan-out to %d subscribers, %d rounds after a warm-up; point reads from %v clients for %s each\n",
@@ -93,8 +99,11 @@ func (b *bench) runAll(ctx context.Context) {
 	if b.o.has("mochi") && b.o.runs("latest") && ctx.Err() == nil {
 		b.runMochiLatest(ctx)
 	}
-	if b.o.runs("sessions") {
+	if b.o.runs("sessions") || b.o.runs("table") {
 		b.raiseSessionLimit()
+	}
+	if b.o.runs("table") && ctx.Err() == nil {
+		b.runTablePeers(ctx)
 	}
 	if b.o.has("mosquitto") && b.o.runs("sessions") && ctx.Err() == nil {
 		b.runMosquittoSessions(ctx)
@@ -106,7 +115,7 @@ func (b *bench) runAll(ctx context.Context) {
 		return
 	}
 	perStorage := b.o.runs("throughput") || b.o.runs("replay") || b.o.runs("latest")
-	if !perStorage && !(b.o.runs("startup") && b.o.startupRecords > 0) && !b.o.runs("sessions") {
+	if !perStorage && !(b.o.runs("startup") && b.o.startupRecords > 0) && !b.o.runs("sessions") && !b.o.runs("table") {
 		return
 	}
 	bin := b.o.saguinBin
@@ -119,6 +128,9 @@ func (b *bench) runAll(ctx context.Context) {
 		}
 	}
 	b.saguinRev = saguinVersion(ctx, bin)
+	if b.o.runs("table") && ctx.Err() == nil {
+		b.runTableSaguin(ctx, bin)
+	}
 	for _, storage := range b.o.storages {
 		if ctx.Err() != nil || !perStorage {
 			break // startup alone needs no per-storage broker

@@ -143,7 +143,7 @@ func newSessionResults() *sessionResults {
 // this process holds one descriptor per client, and so does a broker,
 // which inherits the limit.
 func (b *bench) raiseSessionLimit() {
-	need := uint64(max(b.o.sessions, b.o.backlogSessions) + fdHeadroom)
+	need := uint64(max(b.o.sessions, b.o.backlogSessions, maxStorm(b.o.storms)) + fdHeadroom)
 	got, err := raiseFileLimit(need)
 	if err != nil {
 		b.progress("open files: %v (scenarios past it will fail)", err)
