@@ -78,6 +78,14 @@ type Broker struct {
 
 	fan fanout // broadcast delivery: shared groups' turns, drop counts (fanout.go)
 
+	qos2 qos2State // held QoS 2 publishes to channels (qos2.go)
+	// bcastHolds keeps held QoS 2 broadcast publishes: the hold store of
+	// sessionProvider, where the broadcast log lives (qos2_broadcast.go).
+	bcastHolds      storage.HoldStore
+	sessionProvider string
+
+	gate *gate // connection slots and publish budgets (admission.go, ratelimit.go)
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // pumps and background loops
@@ -238,7 +246,7 @@ func (b *Broker) newServer() *mqtt.Server {
 	caps.MaximumSessionExpiryInterval = uint32(lim.MaxSessionExpiry / time.Second)
 	caps.MaximumPacketSize = uint32(lim.MaxMessageSize)
 	// invariant 13: inbound alias table bounded (RFC 0002 §1.5: fixed at 16).
-	caps.TopicAliasMaximum = 16
+	caps.TopicAliasMaximum = topicAliasMaximum
 	// The substrate's outbound queue carries nothing of Sagüin's: broadcast
 	// goes through each session's outbox, bounded by
 	// limits.session_queue_bytes (fanout.go). The queue (which dropped QoS 1
@@ -273,6 +281,7 @@ func (b *Broker) Start() error {
 	if err := b.restoreSessions(); err != nil {
 		return err
 	}
+	b.startQoS2() // holds of sessions that came back; the rest dropped (qos2.go)
 	for _, l := range b.cfg.Broker.Listeners {
 		var ln net.Listener
 		var err error
@@ -291,7 +300,7 @@ func (b *Broker) Start() error {
 			return fmt.Errorf("listener %s: %w", l.Name, err)
 		}
 		b.listeners = append(b.listeners, ln)
-		wrapped := deadlineListener{Listener: ln, timeout: b.cfg.Broker.Limits.WriteTimeout}
+		wrapped := b.admitListener(ln) // broker.limits at the door (admission.go)
 		if err := b.mqtt.AddListener(listeners.NewNet(l.Name, wrapped)); err != nil {
 			b.closeListeners()
 			return fmt.Errorf("listener %s: %w", l.Name, err)

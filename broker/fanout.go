@@ -2,12 +2,12 @@ package broker
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -37,6 +37,10 @@ type broadcastMsg struct {
 	created time.Time // receipt, on the broker's clock (the expiry countdown)
 	expiry  uint32    // Message Expiry Interval as published; 0: none
 	content int64     // what topic, payload and properties hold, as allocated
+	// off is the message's offset in the broadcast log (bcastlog.go); 0
+	// when it was not written there (QoS 0, or owed to no session that
+	// outlives its connection): served from memory only.
+	off uint64
 }
 
 // owed is one broadcast message a session is owed.
@@ -99,14 +103,20 @@ func newBroadcastMsg(origin string, pk packets.Packet, now time.Time) *broadcast
 	if len(p.CorrelationData) > 0 {
 		m.props.CorrelationData = append([]byte(nil), p.CorrelationData...)
 	}
-	// Strings and buffers are counted as allocated, not as long.
-	m.content = allocated(len(m.payload)) + allocated(len(m.props.CorrelationData)) +
+	m.measure()
+	return m
+}
+
+// measure sets what m's topic, payload and properties hold. Strings and
+// buffers are counted as allocated, not as long.
+func (m *broadcastMsg) measure() {
+	p := m.props
+	m.content = allocated(len(m.payload)) + allocated(len(p.CorrelationData)) +
 		allocated(len(m.topic)) + allocated(len(p.ContentType)) + allocated(len(p.ResponseTopic)) +
 		allocated(len(p.User)*int(userPropertyCost))
 	for _, u := range p.User {
 		m.content += allocated(len(u.Key)) + allocated(len(u.Val))
 	}
-	return m
 }
 
 // allocated is what the allocator holds for n bytes, rounded up: to its size
@@ -133,11 +143,22 @@ type fanout struct {
 	// resumes (invariant 13: group names are client input).
 	turn map[string]string
 
+	// log is the broadcast log (bcastlog.go) and shares the shared groups'
+	// backlogs (share.go); set when the sessions' provider opens.
+	log    *bcastLog
+	shares *shares
+
 	droppedQoS0 atomic.Int64
 	queueFull   atomic.Int64
 	noMember    atomic.Int64
 	expired     atomic.Int64
 	tooLarge    atomic.Int64
+	memberEnded atomic.Int64
+	shareFull   atomic.Int64
+	shareExpire atomic.Int64
+	logFailed   atomic.Int64
+	// logStorageFull: logged messages the log gave up to a full provider.
+	logStorageFull atomic.Int64
 }
 
 const fanoutTurns = 4096
@@ -160,17 +181,39 @@ type BroadcastStats struct {
 	// TooLarge: deliveries over the subscriber's Maximum Packet Size
 	// (dropped for that subscriber, which stays connected).
 	TooLarge int64
+	// MemberEnded: QoS 2 deliveries a shared group had handed a member
+	// whose session ended before its PUBREC (MQTT-4.8.2-5: never to another
+	// member).
+	MemberEnded int64
+	// ShareBacklogFull: a shared group's backlog past
+	// limits.session_queue_bytes, oldest first.
+	ShareBacklogFull int64
+	// ShareExpired: backlog dropped after broker.share.expires_after with
+	// no member connected.
+	ShareExpired int64
+	// LogFailed: QoS 1/2 messages owed to a durable session that the
+	// broadcast log refused; served from memory only (lost at a restart).
+	LogFailed int64
+	// LogStorageFull: logged messages removed from the broadcast log to
+	// make room at a full provider, oldest first and never one on the wire
+	// (storage_full): still delivered from memory, but not after a restart.
+	LogStorageFull int64
 }
 
 // BroadcastStats reports what broadcast fan-out did not deliver since start.
 func (b *Broker) BroadcastStats() BroadcastStats {
 	f := &b.fan
 	return BroadcastStats{
-		DroppedQoS0:    f.droppedQoS0.Load(),
-		QueueFull:      f.queueFull.Load(),
-		NoSharedMember: f.noMember.Load(),
-		Expired:        f.expired.Load(),
-		TooLarge:       f.tooLarge.Load(),
+		DroppedQoS0:      f.droppedQoS0.Load(),
+		QueueFull:        f.queueFull.Load(),
+		NoSharedMember:   f.noMember.Load(),
+		Expired:          f.expired.Load(),
+		TooLarge:         f.tooLarge.Load(),
+		MemberEnded:      f.memberEnded.Load(),
+		ShareBacklogFull: f.shareFull.Load(),
+		ShareExpired:     f.shareExpire.Load(),
+		LogFailed:        f.logFailed.Load(),
+		LogStorageFull:   f.logStorageFull.Load(),
 	}
 }
 
@@ -184,7 +227,17 @@ func (b *Broker) fanOut(origin string, pk packets.Packet) {
 	if len(subs.Subscriptions) == 0 && len(subs.Shared) == 0 {
 		return
 	}
-	m := newBroadcastMsg(origin, pk, b.clock.Now())
+	b.fanOutMsg(newBroadcastMsg(origin, pk, b.clock.Now()), subs, true)
+}
+
+// fanOutMsg offers m to the sessions and shared groups subs names. With
+// mayLog, a QoS 1/2 message owed to a session that outlives its connection
+// (or to a shared group one of whose members' does) is first written once
+// to the broadcast log (delivery-front §6): this runs on the publisher's
+// goroutine, ahead of its PUBACK/PUBREC, and is the one store write a
+// publisher waits for (invariant 16 allows it; nothing a subscriber does is
+// waited for).
+func (b *Broker) fanOutMsg(m *broadcastMsg, subs *mqtt.Subscribers, mayLog bool) {
 	b.mu.Lock()
 	own := make([]*session, 0, len(subs.Subscriptions))
 	for id := range subs.Subscriptions {
@@ -204,6 +257,14 @@ func (b *Broker) fanOut(origin string, pk packets.Packet) {
 		}
 	}
 	b.mu.Unlock()
+	if mayLog && m.qos > 0 && m.off == 0 && owedDurably(m, subs, own, members) {
+		done := b.logBroadcast(m)
+		// Until every outbox has it, the message holds the log's low-water
+		// mark, so no cursor skips it unseen.
+		defer done()
+	} else if m.off != 0 && b.fan.log != nil {
+		defer b.fan.log.hold(m.off)()
+	}
 	for _, s := range own {
 		// The substrate's index merges a session's matching subscriptions
 		// with the highest granted QoS: what the delivery is bounded as.
@@ -213,59 +274,6 @@ func (b *Broker) fanOut(origin string, pk packets.Packet) {
 	for filter, group := range subs.Shared {
 		b.shareOut(m, filter, group, members)
 	}
-}
-
-// shareOut hands m to one member of the shared group subscribed with filter
-// (MQTT 5 §4.8.2): the next in client-id order after the one last served
-// that is connected and has room for it without giving anything up. With
-// none, a QoS 1/2 message goes to the next member whose session is held,
-// within that session's bound; a QoS 0 one is dropped and counted.
-func (b *Broker) shareOut(m *broadcastMsg, filter string, group map[string]packets.Subscription, members map[string]*session) {
-	ids := make([]string, 0, len(group))
-	for id := range group {
-		if members[id] != nil {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		b.fan.noMember.Add(1)
-		return
-	}
-	slices.Sort(ids)
-	b.fan.mu.Lock()
-	last := b.fan.turn[filter]
-	b.fan.mu.Unlock()
-	start, _ := slices.BinarySearch(ids, last)
-	if start < len(ids) && ids[start] == last {
-		start++
-	}
-	chosen := ""
-	for i := range ids {
-		id := ids[(start+i)%len(ids)]
-		if b.outboxOf(members[id]).offer(b, m, min(m.qos, group[id].Qos), filter, true) {
-			chosen = id
-			break
-		}
-	}
-	if chosen == "" {
-		// No connected member with room: a QoS 1/2 delivery waits with the
-		// next member in turn, within its session's bound.
-		id := ids[start%len(ids)]
-		if qos := min(m.qos, group[id].Qos); qos > 0 && b.outboxOf(members[id]).offer(b, m, qos, filter, false) {
-			chosen = id
-		} else if qos == 0 {
-			b.fan.noMember.Add(1)
-		}
-	}
-	if chosen == "" {
-		return
-	}
-	b.fan.mu.Lock()
-	if b.fan.turn == nil || len(b.fan.turn) >= fanoutTurns {
-		b.fan.turn = make(map[string]string)
-	}
-	b.fan.turn[filter] = chosen
-	b.fan.mu.Unlock()
 }
 
 // outbox is one session's broadcast deliveries waiting to be written or
@@ -284,10 +292,23 @@ type outbox struct {
 	// taken by the sender and being written at QoS 0; written at QoS 1/2
 	// and not yet acknowledged.
 	queued, writing, wire int64
-	onWire                map[uint16]int64 // packet id → charge
-	live                  bool             // a connection is being served
-	lastWarn              time.Time        // last drop warning (one per fanoutWarnEvery)
-	unwarned              int64            // drops since that warning
+	onWire                map[uint16]wireEntry // packet id → what is on the wire under it
+	live                  bool                 // a connection is being served
+	// The broadcast-log side (bcastlog.go): from maps each filter to the
+	// log offset at which it was subscribed (a later subscription does not
+	// reach back); stored is the cursor last written, storedWindow
+	// whether the window last written was non-empty, windowDirty whether
+	// the window changed since.
+	from         map[string]uint64
+	stored       uint64
+	storedWindow bool
+	windowDirty  bool
+	// touched: the logged messages the session holds changed since its
+	// cursor was last stored. A session never owed a logged message stores
+	// no cursor at all (a restart reads it from its filters' log_from).
+	touched  bool
+	lastWarn time.Time // last drop warning (one per fanoutWarnEvery)
+	unwarned int64     // drops since that warning
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -303,7 +324,7 @@ func (b *Broker) outboxOf(s *session) *outbox {
 	if o := s.bcast.Load(); o != nil {
 		return o
 	}
-	o := &outbox{s: s, onWire: make(map[uint16]int64), wake: make(chan struct{}, 1)}
+	o := &outbox{s: s, onWire: make(map[uint16]wireEntry), from: make(map[string]uint64), wake: make(chan struct{}, 1)}
 	if s.bcast.CompareAndSwap(nil, o) {
 		return o
 	}
@@ -432,6 +453,7 @@ func (o *outbox) pushLocked(m *broadcastMsg, qos byte, charge int64, group strin
 		o.head = 0
 	}
 	o.q = append(o.q, owed{m: m, seq: o.seq, charge: charge, qos: qos, group: group})
+	o.touched = o.touched || m.off != 0
 	o.seq++
 	o.queued += charge
 }
@@ -442,6 +464,7 @@ func (o *outbox) popLocked() owed {
 	e := o.q[o.head]
 	o.q[o.head] = owed{}
 	o.head++
+	o.touched = o.touched || e.m.off != 0
 	if o.head == len(o.q) {
 		o.q, o.head = o.q[:0], 0
 	}
@@ -474,7 +497,8 @@ func (o *outbox) take(seq uint64, pid uint16, skip bool) bool {
 	case skip:
 	case pid != 0:
 		o.wire += e.charge + inflightEntryCost
-		o.onWire[pid] = e.charge + inflightEntryCost
+		o.onWire[pid] = wireEntry{charge: e.charge + inflightEntryCost, m: e.m, qos: e.qos, group: e.group}
+		o.windowDirty = o.windowDirty || e.m.off != 0
 	default:
 		o.writing += e.charge
 	}
@@ -495,10 +519,12 @@ func (o *outbox) written(n int64) {
 // routed here through session.pids (ackTarget).
 func (o *outbox) acked(pid uint16) {
 	o.mu.Lock()
-	c, ok := o.onWire[pid]
+	w, ok := o.onWire[pid]
 	if ok {
 		delete(o.onWire, pid)
-		o.wire -= c
+		o.wire -= w.charge
+		o.windowDirty = o.windowDirty || w.m.off != 0
+		o.touched = o.touched || w.m.off != 0
 	}
 	o.mu.Unlock()
 	if ok {

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"saguin.dev/broker/partition"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/topic"
+	"saguin.dev/storage"
 )
 
 // The sender: one goroutine per connection that drains its session's
@@ -95,7 +97,26 @@ func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
 	lastReconcile := time.Now()
 	var buf bytes.Buffer
 	for ctx.Err() == nil {
+		// The first member back is served its groups' backlogs.
+		b.pullShares(o, cl)
 		qos0, stalled := o.fill(b, cl, &buf)
+		if buf.Len() > 0 && o.s.isDurable() {
+			// The window is stored before what joins it is written
+			// (delivery-front §6: "Drain sends nothing past window until
+			// acks written"), so a restart resends under the same packet
+			// ids. A store that fails ends the connection; one that is
+			// full (and the broadcast log could give up nothing more)
+			// does not hold the subscriber back: what it is written then
+			// would be resent under new ids after a crash (at-least-once).
+			if err := b.storeWindow(o, cl, false); err != nil && errors.Is(err, storage.ErrFull) {
+				b.log.Debug("broadcast window not stored: provider full", "client", cl.ID)
+			} else if err != nil {
+				b.log.Warn("storing a broadcast window failed: disconnecting the subscriber", "client", cl.ID, "error", err)
+				o.written(qos0)
+				cl.Stop(err)
+				return
+			}
+		}
 		if buf.Len() == 0 && !stalled {
 			select {
 			case <-ctx.Done():
@@ -225,6 +246,12 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			// The substrate counts a resend's expiry down on its own clock.
 			pk.Expiry = time.Now().Unix() + int64(left)
 		}
+		// The substrate resends its in-flight table to a resuming
+		// connection ordered by the low 16 bits of Created: the outbox's
+		// sequence there keeps them in the order first sent (MQTT-4.6.0-1),
+		// where seconds would tie. Created serves nothing else (no maximum
+		// message expiry is set on the substrate).
+		pk.Created = now.Unix()&^0xFFFF | int64(uint16(e.seq))
 		cl.State.Inflight.Set(pk)
 	}
 	return qos0, false

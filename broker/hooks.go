@@ -38,6 +38,10 @@ func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 		pk.Mods.DisallowProblemInfo = false
 		pk.Properties.ReasonString = ""
 	}
+	if pk.FixedHeader.Type == packets.Connack {
+		pk = h.b.correctConnack(cl, pk) // ownership.go: Session Present as stored and as ended
+	}
+	pk = h.b.connackPromises(cl, pk) // admission.go: Maximum Packet Size, Topic Alias Maximum
 	return pk
 }
 
@@ -56,6 +60,11 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	}
 	if code, refused := h.b.willRefusal(pk); refused {
 		return h.b.refuseWill(cl, code)
+	}
+	if pk.Connect.WillFlag && !h.b.willAllowed(cl, pk.Connect.WillTopic) {
+		// A Will is a publish the client asks the broker to make for it:
+		// it meets the client's own rules (RFC 0003, CONNACK 0x87).
+		return h.b.refuseWill(cl, withReason(codeNotAuthorized, "Will topic is not one this client may publish to"))
 	}
 	h.b.capKeepalive(cl, pk)
 	return nil
@@ -109,7 +118,20 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool     { 
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	switch pk.FixedHeader.Type {
 	case packets.Subscribe:
+		// invariant 17: only the owner changes the session, and a takeover
+		// waits for a SUBSCRIBE in progress (ownership.go).
+		release, owner := h.b.ownerTurn(cl)
+		if !owner {
+			return pk, packets.ErrRejectPacket
+		}
+		defer release()
 		return h.b.subscribe(cl, pk)
+	case packets.Unsubscribe:
+		// The substrate removes filters by client id: a replaced
+		// connection's UNSUBSCRIBE would take the new owner's.
+		if !h.b.owns(cl) {
+			return pk, packets.ErrRejectPacket
+		}
 	case packets.Puback, packets.Pubcomp:
 		// Routed here, before the substrate deletes the in-flight entry: from
 		// that deletion on, the packet identifier is free and a pump may take
@@ -118,6 +140,9 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		if s := h.b.sessionOf(cl.ID); s != nil && s.owner() == cl {
 			s.puback(cl, pk)
 		}
+	case packets.Pubrel:
+		// A held channel publish is released and PUBCOMP'd here (qos2.go).
+		return h.b.pubrel(cl, pk)
 	case packets.Disconnect:
 		// invariant 18: a clean DISCONNECT's positions are stored before the
 		// connection is closed, so a consumer that acknowledged and left is
@@ -179,7 +204,11 @@ func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 // substrate looks at the session: the moment the new connection claims it.
 func (h *hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	h.b.claimForConnect(cl)
-	h.b.claimSession(cl, pk)
+	if h.b.claimSession(cl, pk) && !pk.Connect.Clean {
+		// The session ended at this takeover although the CONNECT asked
+		// to resume it: the substrate would carry it over (ownership.go).
+		h.b.endAtTakeover(cl)
+	}
 }
 
 // OnSessionEstablished runs after the CONNACK is written: the session's
@@ -195,8 +224,26 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	// (windowFree). This runs before the read loop starts.
 	cl.State.Inflight.ResetSendQuota(0)
 	// The substrate has registered this connection: a late teardown of an
-	// earlier one can now see it (ownership.go).
-	h.b.claims.release(cl.ID, cl)
+	// earlier one can now see it (ownership.go). The claim is given back
+	// only once the session's senders run for this connection: a CONNECT
+	// for the same id waiting on it may end the session (Clean Start, or a
+	// session that ends with its connection), and senders started after
+	// that ending would serve a session nobody holds and never stop.
+	defer h.b.claims.release(cl.ID, cl)
+	if h.b.claims.storeFailed(cl) {
+		// Its CONNACK was a refusal (0x83): nothing is served, its Will is
+		// not armed, and the connection ends as MQTT requires after a
+		// refusing CONNACK.
+		if s := h.b.sessionOf(cl.ID); s != nil {
+			s.mu.Lock()
+			if s.cl == cl {
+				s.will = nil
+			}
+			s.mu.Unlock()
+		}
+		cl.Stop(codeSessionStore)
+		return
+	}
 	s := h.b.sessionOf(cl.ID)
 	if s == nil {
 		return
@@ -305,9 +352,12 @@ func (b *Broker) sessionExpiry(cl *mqtt.Client) time.Duration {
 }
 
 // claimSession makes cl the owner of its client id's session. A Clean Start
-// ends the old session first (its positions go with it); otherwise the old
-// connection's pumps stop and the session carries over.
-func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
+// ends the old session first (its positions go with it), and so does a
+// takeover of a session that ends with its connection; otherwise the old
+// connection's pumps stop and the session carries over. It reports whether
+// the connection starts a new session (one held for the id ended here, or
+// none was held).
+func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	b.mu.Lock()
 	s := b.sessions[cl.ID]
 	b.mu.Unlock()
@@ -319,12 +369,18 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 		}
 		b.flushSession(s, true)
 		// A Clean Start ends the session, and so does any CONNECT for a
-		// session that ends with its connection (delivery-front §3).
-		ends := pk.Connect.Clean || !s.isDurable()
+		// session that ends with its connection (delivery-front §3), or
+		// for one whose expiry passed while it was away: expiry and
+		// reconnect never interleave, whenever the sweep runs.
+		ends := pk.Connect.Clean || !s.isDurable() || b.expiredAway(s)
 		b.settleWill(s, ends, old != nil)
-		if pk.Connect.Clean {
+		if ends {
+			// delivery-front §3: a session that ends with its connection
+			// ends at takeover; the new CONNECT is answered Session
+			// Present 0 whatever its Clean Start.
 			b.endSession(cl.ID, s)
 			s = nil
+			ended = true
 		}
 	} else {
 		// No session held (stored sessions were restored at start), so this
@@ -332,6 +388,10 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 		// positions left without a session — a crash between the two
 		// writes — are not served to a session told it is new (invariant 18).
 		b.dropPositions(cl.ID)
+		// The substrate may still hold a connection of this id whose
+		// session already ended (its teardown waits for this CONNECT's
+		// claim): it must not carry that over either (ownership.go).
+		ended = true
 	}
 	if s == nil {
 		s = newSession(cl.ID)
@@ -358,20 +418,23 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) {
 			// not bring it back (RFC 0003 §8).
 			b.forgetSession(cl.ID)
 		}
-		return
+		return ended
 	}
 	// invariant 18: the session this CONNACK describes is stored first —
 	// its expiry, and the subscriptions it resumes with, which the
 	// substrate copies into the new connection only after this hook.
 	var subs []packets.Subscription
-	if !pk.Connect.Clean {
+	if !pk.Connect.Clean && !ended {
 		if existing, ok := b.mqtt.Clients.Get(cl.ID); ok && existing != cl {
 			subs = subscriptionsOf(existing)
 		}
 	}
 	if err := b.storeSession(s, subs); err != nil {
-		b.log.Error("storing a session at CONNECT", "client", cl.ID, "error", err)
+		// invariant 18: the CONNACK may not describe a session the store
+		// does not hold; it is turned into a refusal (ownership.go).
+		b.sessionNotStored(cl, s, err)
 	}
+	return ended
 }
 
 // connectionEnded: the connection is gone. Its pumps stop and its positions
@@ -399,14 +462,15 @@ func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
 		return
 	}
 	b.willAtConnectionEnd(s)
-	// The session is away from now: its expiry runs from this moment, and
-	// a restart counts it from here too — its Will's due moment with it.
+	// The session is away from now — or from its DISCONNECT, which set
+	// the moment already: its expiry runs from there, and a restart counts
+	// it from there too — its Will's due moment with it.
 	s.mu.Lock()
-	s.lastSeen = b.clock.Now()
-	s.mu.Unlock()
-	if err := b.storeSessionOf(s, cl); err != nil {
-		b.log.Error("storing a session at disconnect", "client", cl.ID, "error", err)
+	if s.lastSeen.IsZero() {
+		s.lastSeen = b.clock.Now()
 	}
+	s.mu.Unlock()
+	b.storeSessionOrRetry(s, cl, "connection end")
 }
 
 // disconnecting handles a DISCONNECT before the substrate closes the
@@ -428,14 +492,20 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 		s.mu.Unlock()
 	}
 	b.discardWill(s, pk)
+	now := b.clock.Now()
 	s.mu.Lock()
-	s.lastSeen = b.clock.Now()
+	s.lastSeen = now
+	if w := s.will; w != nil && w.delay > 0 && s.expiry > 0 && w.due.IsZero() {
+		// A DISCONNECT that keeps its Will (0x04) starts the wait now: its
+		// due moment is part of what is stored before the close, so a
+		// crash after the client saw the close still publishes it
+		// (invariant 18; seeds/rfc-0003 "Last Will": at least once).
+		w.due = now.Add(min(w.delay, s.expiry))
+	}
 	s.mu.Unlock()
 	// invariant 18: what the DISCONNECT changed (its expiry, its Will
 	// withdrawn) is stored before the close that answers it.
-	if err := b.storeSessionOf(s, cl); err != nil {
-		b.log.Error("storing a session at DISCONNECT", "client", cl.ID, "error", err)
-	}
+	b.storeSessionOrRetry(s, cl, "DISCONNECT")
 	// The pumps' unacknowledged deliveries leave the connection's in-flight
 	// table here, with the pumps: the teardown that follows finds no packet
 	// ids left to remove, and whatever stayed would be resent (DUP) by the
@@ -465,8 +535,10 @@ func (b *Broker) endSession(id string, s *session) {
 		s.mu.Unlock()
 		s.stopPumps(nil)
 		b.returnJobs(s, nil)
+		b.memberEnded(s) // shared groups take back what they handed it (share.go)
 	}
 	b.dropPositions(id)
+	b.dropHoldsOf(id) // unreleased QoS 2 publishes end with the session, counted abandoned (qos2.go)
 	b.forgetSession(id)
 }
 
@@ -526,4 +598,5 @@ func (b *Broker) flushSession(s *session, force bool) {
 	for _, c := range cons {
 		b.savePosition(s, c, force)
 	}
+	b.flushBroadcast(s, force) // its broadcast-log cursor and window (bcastlog.go)
 }

@@ -38,6 +38,9 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if cl.Net.Inline {
 		return pk, nil
 	}
+	if out, over, err := b.overPublishBudget(cl, pk); over { // limits.publish_rate/bytes (ratelimit.go)
+		return out, err
+	}
 	t := pk.TopicName
 	lim := b.cfg.Broker.Limits
 	// Bounds checked on what the packet declares, before anything is kept
@@ -76,6 +79,11 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if !ok {
 		// Broadcast: forwarded as published, less any saguin-* property.
 		pk.Properties.User = stripReserved(pk.Properties.User, false)
+		if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener && b.bcastHolds != nil {
+			// Held until PUBREL, then written to the broadcast log and
+			// delivered (RFC 0003 §2 "Broadcast QoS 2", qos2_broadcast.go).
+			return b.holdBroadcast(cl, pk)
+		}
 		if pk.FixedHeader.Retain {
 			if err := b.retain(cl, pk); err != nil {
 				return b.refuse(cl, pk, retainedRefusal(err))
@@ -88,6 +96,11 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return b.refuse(cl, pk, withReason(codeNotAuthorized,
 			fmt.Sprintf("%s is the dead-letter channel of queue %s; only the broker writes it", ch.name, ch.cfg.DeadLetterOf)))
 	}
+	if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener {
+		// Held until PUBREL, written then (RFC 0003 §2, qos2.go). A Will
+		// is written at once: nobody will send its PUBREL.
+		return b.holdPublish(cl, pk, ch)
+	}
 	switch {
 	case ch.log != nil:
 		rec := b.recordOf(cl, pk)
@@ -95,6 +108,7 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 			return b.refuse(cl, pk, storeRefusal(ch.name, err))
 		}
 		ch.notify()
+		b.shareChannelRecord(rec) // $share/ groups: new records only (share_channel.go)
 	case ch.queue != nil:
 		rec := b.recordOf(cl, pk)
 		// A retained publish to a queue is accepted with the flag dropped:
@@ -106,9 +120,11 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	case ch.values != nil:
 		// The topic's new value, or for a zero-length payload its
 		// tombstone (latest.go, RFC 0003 §9).
-		if err := b.storeLatest(ch, b.recordOf(cl, pk)); err != nil {
+		rec := b.recordOf(cl, pk)
+		if err := b.storeLatest(ch, rec); err != nil {
 			return b.refuse(cl, pk, storeRefusal(ch.name, err))
 		}
+		b.shareChannelRecord(rec) // $share/ groups: changes only (share_channel.go)
 	default:
 		return b.refuse(cl, pk, withReason(codeImplementation,
 			fmt.Sprintf("channel %s is a %s channel, which this broker does not serve yet", ch.name, ch.cfg.Type)))

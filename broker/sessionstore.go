@@ -41,9 +41,12 @@ type storedSession struct {
 	// broker stopped, which its start stands in for.
 	LastSeen      int64             `json:"last_seen,omitempty"`
 	Subscriptions []storedSubscribe `json:"subscriptions"`
-	// Will is the session's Last Will. A restart keeps only one with a due
-	// moment (delivery-front §3): a Will whose connection the stop cut is
-	// dropped at start.
+	// Will is the session's Last Will, with the moment it falls due once
+	// its wait began. A restart keeps it either way (seeds/rfc-0003 "Last
+	// Will"): one with a moment resumes its wait, or is published at once
+	// if the moment passed; one without (its client was connected when
+	// the broker stopped) waits on the restored session until the client
+	// returns and replaces it, or the session expires and publishes it.
 	Will *storedWill `json:"will,omitempty"`
 }
 
@@ -105,6 +108,10 @@ type storedSubscribe struct {
 	// Partition is the filter's saguin-filter declaration, as canonical
 	// values: it lasts as long as the session.
 	Partition []string `json:"partition,omitempty"`
+	// LogFrom is the broadcast log's offset when the filter was subscribed:
+	// a restart serves it logged messages from there on only (matched at
+	// publish time, rfcs/broadcast-log.md).
+	LogFrom uint64 `json:"log_from,omitempty"`
 }
 
 func (b *Broker) openSessions() error {
@@ -119,7 +126,11 @@ func (b *Broker) openSessions() error {
 	if b.sessionStore, err = p.Values(sessionStoreName); err != nil {
 		return fmt.Errorf("session store on provider %s: %w", name, err)
 	}
-	return nil
+	// QoS 2 broadcast publishes are held in the broadcast log's store
+	// (RFC 0003 §2 "Broadcast QoS 2", qos2_broadcast.go).
+	b.bcastHolds, _ = p.(storage.HoldStore)
+	b.sessionProvider = name
+	return b.openBroadcastLog(p)
 }
 
 // storeSession writes the session's record: its expiry, when it was last
@@ -139,6 +150,7 @@ func (b *Broker) storeSession(s *session, subs []packets.Subscription) error {
 	if !durable {
 		return nil
 	}
+	from := b.subscribedFrom(s, subs)
 	rec := storedSession{Format: sessionFormat, Protocol: protocol, Expiry: int64(expiry / time.Second), Will: sw}
 	if !lastSeen.IsZero() {
 		rec.LastSeen = lastSeen.UnixNano()
@@ -147,14 +159,23 @@ func (b *Broker) storeSession(s *session, subs []packets.Subscription) error {
 		rec.Subscriptions = append(rec.Subscriptions, storedSubscribe{
 			Filter: f.Filter, QoS: f.Qos, Identifier: f.Identifier, NoLocal: f.NoLocal,
 			RetainAsPublished: f.RetainAsPublished, RetainHandling: f.RetainHandling,
-			Partition: declared[f.Filter],
+			Partition: declared[f.Filter], LogFrom: from[f.Filter],
 		})
 	}
 	payload, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	_, err = b.sessionStore.Put(storage.Record{Topic: s.id, Payload: payload, Timestamp: b.clock.Now()})
+	if err := b.ensureGroups(subs, from); err != nil {
+		return err
+	}
+	// The broadcast log yields room to a session record (configuration.md
+	// §4.2 "Full session store"; bcastlog_full.go).
+	stored := storage.Record{Topic: s.id, Payload: payload, Timestamp: b.clock.Now()}
+	err = b.withLogRoom(stored.Size(), func() error {
+		_, err := b.sessionStore.Put(stored)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("storing session %s: %w", s.id, err)
 	}
@@ -190,6 +211,7 @@ func (b *Broker) forgetSession(id string) {
 	if _, err := b.sessionStore.Remove(id); err != nil {
 		b.log.Error("removing a stored session", "client", id, "error", err)
 	}
+	b.forgetBroadcast(id)
 }
 
 // restoreSessions brings back every stored durable session before the
@@ -252,6 +274,15 @@ func (b *Broker) restoreSessions() error {
 	if restored+ended > 0 {
 		b.log.Info("stored sessions", "restored", restored, "ended", ended)
 	}
+	// What the broadcast log holds for the restored sessions and groups is
+	// served from their cursors (bcastlog.go); its loop trims the log and
+	// stores group cursors from now on.
+	if err := b.restoreBroadcast(); err != nil {
+		return err
+	}
+	if b.fan.log != nil {
+		b.background(b.bcastLoop)
+	}
 	return nil
 }
 
@@ -296,8 +327,13 @@ func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining t
 	if st.LastSeen != 0 {
 		s.lastSeen = time.Unix(0, st.LastSeen)
 	}
-	if st.Will != nil && st.Will.Due != 0 {
-		s.will = st.Will.will() // the loop publishes it when due, at once if past
+	if st.Will != nil {
+		// With a moment, the loop publishes it when due, at once if past;
+		// without, the session's expiry does (endSession), unless the
+		// client's next CONNECT replaces it. A broker stopping is not a
+		// device dying, and stripping the Will would take its protection
+		// away from every device connected at the stop.
+		s.will = st.Will.will()
 	}
 
 	cl := b.mqtt.NewClient(nil, "restore", id, false)
@@ -306,7 +342,11 @@ func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining t
 	cl.Properties.Props.SessionExpiryIntervalFlag = true
 	cl.Stop(packets.ErrServerShuttingDown) // away: the substrate's expiry clock starts now
 
+	o := b.outboxOf(s)
 	for _, f := range st.Subscriptions {
+		if f.LogFrom != 0 {
+			o.from[f.Filter] = f.LogFrom
+		}
 		sub := packets.Subscription{Filter: f.Filter, Qos: f.QoS, Identifier: f.Identifier, NoLocal: f.NoLocal,
 			RetainAsPublished: f.RetainAsPublished, RetainHandling: f.RetainHandling}
 		if len(f.Partition) > 0 {

@@ -18,8 +18,8 @@ import (
 // holds none), keeps it with the session, and publishes it through the
 // ordinary publish path when it falls due.
 
-// willTick is how often waiting Wills are checked: Will Delay Interval is
-// in whole seconds.
+// willTick is how often waiting Wills are checked (Will Delay Interval is
+// in whole seconds), and refused session writes retried (invariant 18).
 const willTick = time.Second
 
 // will is a Last Will held for a session.
@@ -103,12 +103,22 @@ func (b *Broker) willRefusal(pk packets.Packet) (packets.Code, bool) {
 	return packets.Code{}, false
 }
 
+// willAllowed asks the acl_file whether the client may publish to its
+// Will's topic (RFC 0003: a Will meets the rules the client's own PUBLISH
+// meets; configuration.md §3, CONNACK 0x87). It is asked at CONNECT and
+// again when the Will fires, as the client that armed it, since the rules
+// can be reloaded in between.
+func (b *Broker) willAllowed(cl *mqtt.Client, topic string) bool {
+	h := hook{b: b}
+	return h.OnACLCheck(cl, topic, true)
+}
+
 // refuseWill answers a CONNECT whose Will is refused. A 3.1.1 client has no
 // 0x90: it is told "not authorized" (0x05), the one return code that stops
 // a client library retrying, and the log names the reason.
 func (b *Broker) refuseWill(cl *mqtt.Client, code packets.Code) error {
-	b.log.Warn("CONNECT refused: its Will could never be delivered", "client", cl.ID,
-		"topic", cl.Properties.Will.TopicName, "reason", code.Reason)
+	b.log.Warn("CONNECT refused for its Will", "client", cl.ID,
+		"topic", cl.Properties.Will.TopicName, "code", code.Code, "reason", code.Reason)
 	if cl.Properties.ProtocolVersion < 5 {
 		_ = b.mqtt.SendConnack(cl, packets.Err3NotAuthorized, false, nil)
 		return packets.Err3NotAuthorized
@@ -129,8 +139,13 @@ func (b *Broker) settleWill(s *session, sessionEnds, replacingLive bool) {
 	s.will = nil
 	s.mu.Unlock()
 	if old != nil {
+		// A Will with no moment on a session no connection holds is one
+		// restored from a client connected when the broker stopped: its
+		// client is back, and this CONNECT replaces it (seeds/rfc-0003
+		// "Last Will") — even one ending the session.
+		restoredUnarmed := !replacingLive && old.due.IsZero()
 		switch {
-		case sessionEnds, replacingLive && old.delay == 0:
+		case sessionEnds && !restoredUnarmed, replacingLive && old.delay == 0:
 			b.publishWill(s.id, old)
 		default:
 			b.log.Debug("Will cancelled: the session resumed", "client", s.id)
@@ -168,9 +183,11 @@ func (b *Broker) willAtConnectionEnd(s *session) {
 	}
 	if w.delay > 0 {
 		// The wait never outlives the session: capped at the granted
-		// expiry (MQTT 5 §3.1.3.2.2).
-		wait := min(w.delay, s.expiry)
-		w.due = now.Add(wait)
+		// expiry (MQTT 5 §3.1.3.2.2). A DISCONNECT 0x04 started it already
+		// (disconnecting), and stored that moment.
+		if w.due.IsZero() {
+			w.due = now.Add(min(w.delay, s.expiry))
+		}
 		s.mu.Unlock()
 		return
 	}
@@ -192,7 +209,7 @@ func (b *Broker) willAtSessionEnd(s *session) {
 	if w == nil {
 		return
 	}
-	if w.delay > 0 && w.due.IsZero() {
+	if w.delay > 0 && w.due.IsZero() && !s.isDurable() {
 		b.log.Info("Will published at the disconnect: a Will Delay needs a session to wait inside",
 			"client", s.id, "will_delay", w.delay,
 			"fix", "connect with a Session Expiry Interval at least as long as the Will Delay Interval")
@@ -205,6 +222,12 @@ func (b *Broker) willAtSessionEnd(s *session) {
 // stored in the channel that claims its topic, or retained and fanned out
 // on a broadcast topic. What fails here is logged and no more: the client
 // is gone, so there is nobody to answer.
+// willListener names the stand-in connections a Will is published from:
+// in-process publishers, whose QoS 2 publishes are written at once, never
+// held for a PUBREL no one will send (RFC 0003 §2: "Only client publishes
+// are held").
+const willListener = "will"
+
 func (b *Broker) publishWill(id string, w *will) {
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: w.qos, Retain: w.retain},
@@ -217,15 +240,21 @@ func (b *Broker) publishWill(id string, w *will) {
 	// A stand-in for the gone connection: publish reads the client id (the
 	// record's publisher, No Local) and the protocol from it, and writes
 	// nothing to it (a refusal's PUBACK has no socket to go to).
-	as := b.mqtt.NewClient(nil, "will", id, false)
+	as := b.mqtt.NewClient(nil, willListener, id, false)
 	as.Properties.ProtocolVersion = 5
 	as.Properties.Username = []byte(w.username)
+	if !b.willAllowed(as, w.topic) {
+		// The one question asked again when a Will fires (RFC 0003).
+		b.log.Warn("Will not published: its client may no longer publish there", "client", id,
+			"topic", w.topic, "reason", codeNotAuthorized.Reason)
+		return
+	}
 	out, err := b.publish(as, pk)
 	switch {
 	case err == nil:
 		// Broadcast: the substrate's fan-out, from an in-process client
 		// carrying the arming client's id so No Local still applies.
-		inj := b.mqtt.NewClient(nil, "will", id, true)
+		inj := b.mqtt.NewClient(nil, willListener, id, true)
 		inj.Properties.ProtocolVersion = 5
 		if out.FixedHeader.Qos > 0 {
 			// The substrate validates a QoS>0 publish's packet id even from
@@ -254,6 +283,8 @@ func (b *Broker) willLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		b.fireDueWills()
+		// invariant 18: session records the store refused, every second.
+		b.rewriteSessions()
 		select {
 		case <-ctx.Done():
 			return
@@ -292,8 +323,6 @@ func (b *Broker) fireDueWills() {
 // published, so a restart does not publish it again.
 func (b *Broker) storeAfterWill(s *session) {
 	if cl, ok := b.mqtt.Clients.Get(s.id); ok {
-		if err := b.storeSessionOf(s, cl); err != nil {
-			b.log.Error("storing a session after its Will", "client", s.id, "error", err)
-		}
+		b.storeSessionOrRetry(s, cl, "after its Will")
 	}
 }

@@ -140,8 +140,12 @@ func (c *RawClient) read(timeout time.Duration) (packets.Packet, error) {
 	return ReadPacket(c.r, v)
 }
 
+// maxReadPacket bounds what ReadPacket allocates for one packet.
+const maxReadPacket = 16 << 20
+
 // ReadPacket reads one MQTT packet from r and decodes what tests look at
-// (CONNACK, PUBLISH, PUBACK, SUBACK, DISCONNECT) at protocol level version.
+// (CONNACK, PUBLISH, the acknowledgements of QoS 1 and 2, SUBACK,
+// DISCONNECT) at protocol level version.
 // The caller sets any read deadline.
 func ReadPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 	var pk packets.Packet
@@ -167,6 +171,11 @@ func ReadPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 			return pk, errors.New("malformed remaining length")
 		}
 	}
+	// invariant 13 on the test's side too: a broker announcing a huge
+	// packet fails the test instead of making it allocate.
+	if n > maxReadPacket {
+		return pk, fmt.Errorf("packet of %d bytes announced", n)
+	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
 		return pk, err
@@ -180,6 +189,12 @@ func ReadPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 		err = pk.PublishDecode(body)
 	case packets.Puback:
 		err = pk.PubackDecode(body)
+	case packets.Pubrec:
+		err = pk.PubrecDecode(body)
+	case packets.Pubrel:
+		err = pk.PubrelDecode(body)
+	case packets.Pubcomp:
+		err = pk.PubcompDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
 	case packets.Disconnect:

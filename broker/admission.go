@@ -1,0 +1,590 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/config"
+)
+
+// Connection admission (RFC 0002 §1.5, invariant 13). Fixed, not
+// configurable: the overflow budget is min(max_connections, 32), an
+// overflow socket waits up to 50 ms for a slot, and one that got none is
+// closed within 100 ms of that (or connect_timeout if sooner).
+const (
+	overflowBudgetMax = 32
+	overflowWait      = 50 * time.Millisecond
+	unadmittedWithin  = 100 * time.Millisecond
+)
+
+var (
+	errServerBusy     = errors.New("no connection slot (limits.max_connections): answered server busy")
+	errPacketTooLarge = errors.New("packet over its size limit: refused before it was read")
+)
+
+// gate is the broker-wide admission state: one count of connections
+// across every MQTT door (limits.max_connections) and the per-client
+// publish budgets (ratelimit.go).
+type gate struct {
+	maxConns int
+	budget   int // overflow places: min(max_connections, 32)
+
+	mu       sync.Mutex
+	used     int       // slots held, including those handed to a waiter
+	overflow int       // overflow places held
+	queue    []*waiter // overflow sockets still waiting, oldest first
+
+	pub         publishBudgets
+	refusedRate atomic.Int64 // publishes refused for rate (saguin_publish_refused_total{reason="publish rate exceeded"})
+}
+
+type waiter struct{ granted chan struct{} } // closed when a slot is handed over
+
+func newGate(lim config.Limits) *gate {
+	return &gate{
+		maxConns: lim.MaxConnections,
+		budget:   min(lim.MaxConnections, overflowBudgetMax),
+		pub:      publishBudgets{rate: lim.PublishRate, bytes: lim.PublishBytes},
+	}
+}
+
+// admit places a socket just accepted: a slot, an overflow place (w set),
+// or nothing (ok false: the budget is full).
+func (g *gate) admit() (w *waiter, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.used < g.maxConns {
+		g.used++
+		return nil, true
+	}
+	if g.overflow < g.budget {
+		g.overflow++
+		w = &waiter{granted: make(chan struct{})}
+		g.queue = append(g.queue, w)
+		return w, true
+	}
+	return nil, false
+}
+
+// release lets a slot go: to the oldest overflow socket still waiting
+// (FIFO), else back to the pool.
+func (g *gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.queue) > 0 {
+		w := g.queue[0]
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+		g.overflow--
+		close(w.granted)
+		return
+	}
+	g.used--
+}
+
+// giveUp takes w out of the queue. True if a slot reached it first (it then
+// holds that slot); false if it did not (it still holds its overflow place).
+func (g *gate) giveUp(w *waiter) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-w.granted:
+		return true
+	default:
+	}
+	for i, q := range g.queue {
+		if q == w {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			break
+		}
+	}
+	return false
+}
+
+func (g *gate) leaveOverflow() {
+	g.mu.Lock()
+	g.overflow--
+	g.mu.Unlock()
+}
+
+// held reports slots and overflow places in use (tests).
+func (g *gate) held() (slots, places int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.used, g.overflow
+}
+
+// admitListener is one MQTT door: it paces accepts (max_connect_rate),
+// takes a slot for each socket at accept, and hands out clientConns.
+type admitListener struct {
+	net.Listener
+	g    *gate
+	lim  config.Limits
+	log  *slog.Logger
+	pace *tokenBucket // nil: max_connect_rate none
+
+	mu      sync.Mutex
+	pending map[*clientConn]struct{} // sockets that have not finished their CONNECT
+	done    chan struct{}
+	closed  bool
+}
+
+// admitListener wraps a listener with the limits of broker.limits. The gate
+// is the broker's, shared by every door.
+func (b *Broker) admitListener(ln net.Listener) net.Listener {
+	if b.gate == nil {
+		b.gate = newGate(b.cfg.Broker.Limits)
+	}
+	lim := b.cfg.Broker.Limits
+	l := &admitListener{Listener: ln, g: b.gate, lim: lim, log: b.log,
+		pending: make(map[*clientConn]struct{}), done: make(chan struct{})}
+	if lim.MaxConnectRate > 0 {
+		// Bursts up to twice the rate (RFC 0002 §1.5).
+		l.pace = newTokenBucket(float64(lim.MaxConnectRate), 2*float64(lim.MaxConnectRate), time.Now())
+	}
+	return l
+}
+
+// connSendBuffer is the kernel send buffer of each client connection.
+// Linux grows an unset one to megabytes, and a client that stops reading
+// then swallows that much before any write blocks: its write deadline
+// never fires, and with it invariant 16's "disconnected after
+// write_timeout". A fixed buffer makes a deaf client's writes block within
+// a quarter megabyte (and bounds what the kernel holds per connection).
+const connSendBuffer = 256 << 10
+
+func (l *admitListener) Accept() (net.Conn, error) {
+	for {
+		if err := l.wait(); err != nil {
+			return nil, err
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		switch tc := c.(type) {
+		case *net.TCPConn:
+			_ = tc.SetWriteBuffer(connSendBuffer)
+		case *net.UnixConn:
+			_ = tc.SetWriteBuffer(connSendBuffer)
+		}
+		w, ok := l.g.admit()
+		if !ok {
+			// Overflow budget full: closed at once, nothing read or
+			// written (RFC 0002 §1.5).
+			l.log.Debug("connection closed at accept: limits.max_connections reached and the overflow budget is full",
+				"remote", c.RemoteAddr().String())
+			_ = c.Close()
+			continue
+		}
+		now := time.Now()
+		cc := &clientConn{Conn: c, l: l, accepted: now, connectBy: now.Add(l.lim.ConnectTimeout),
+			writeTimeout: l.lim.WriteTimeout, closedCh: make(chan struct{}), waiter: w,
+			fr: framer{connectLimit: l.lim.MaxConnectSize, packetLimit: l.lim.MaxMessageSize}}
+		cc.state = stateSlot
+		if w != nil {
+			cc.state, cc.mustWait = stateWaiting, true
+		}
+		// connect_timeout runs from accept (RFC 0002 §1.5): the CONNECT's
+		// reads all fall before it, whatever deadline the substrate sets
+		// (clientConn.SetDeadline).
+		_ = c.SetReadDeadline(cc.connectBy)
+		if !l.track(cc) {
+			_ = cc.Close()
+			return nil, net.ErrClosed
+		}
+		return cc, nil
+	}
+}
+
+// wait holds the next accept until max_connect_rate allows it: the excess
+// waits in the kernel's accept queue, not refused (RFC 0002 §1.5).
+func (l *admitListener) wait() error {
+	if l.pace == nil {
+		return nil
+	}
+	for {
+		d := l.pace.wait(time.Now())
+		if d <= 0 {
+			return nil
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-l.done:
+			t.Stop()
+			return net.ErrClosed
+		}
+	}
+}
+
+func (l *admitListener) track(c *clientConn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.pending[c] = struct{}{}
+	return true
+}
+
+func (l *admitListener) untrack(c *clientConn) {
+	l.mu.Lock()
+	delete(l.pending, c)
+	l.mu.Unlock()
+}
+
+// Close stops accepting and closes every socket that has not finished its
+// CONNECT (RFC 0002 §1.5: shutdown closes pre-CONNECT sockets at once; the
+// substrate's shutdown would otherwise wait out their connect_timeout).
+func (l *admitListener) Close() error {
+	l.mu.Lock()
+	var pending []*clientConn
+	if !l.closed {
+		l.closed = true
+		close(l.done)
+		for c := range l.pending {
+			pending = append(pending, c)
+		}
+		clear(l.pending)
+	}
+	l.mu.Unlock()
+	err := l.Listener.Close()
+	for _, c := range pending {
+		_ = c.Close()
+	}
+	return err
+}
+
+// What a connection holds of the gate.
+const (
+	stateNone    = iota // nothing (its end is decided)
+	stateSlot           // a connection slot
+	stateWaiting        // an overflow place, queued for a slot
+	statePlace          // an overflow place, no longer waiting
+)
+
+// clientConn is one client socket: it follows the client's framing to
+// refuse oversized packets before they are read (admission_frame.go),
+// bounds the CONNECT by connect_timeout, every write by write_timeout, and
+// holds the socket's slot until its end is decided.
+type clientConn struct {
+	net.Conn
+	l            *admitListener
+	accepted     time.Time
+	connectBy    time.Time
+	writeTimeout time.Duration // 0: write_timeout none
+	waiter       *waiter       // the overflow place's turn in line; set at accept, never changed
+
+	smu   sync.Mutex
+	state int
+
+	wmu sync.Mutex // one write at a time: a refusal lands between packets
+	// span is the keep-alive read span the substrate last set: with
+	// write_timeout none it bounds each write instead (rfcs/limits.md).
+	span atomic.Int64
+
+	connected atomic.Bool // the whole CONNECT has been read
+	closeOnce sync.Once
+	closedCh  chan struct{}
+
+	// Read side: only the substrate's reader calls Read.
+	fr       framer
+	mustWait bool // an overflow socket that has not yet waited its turn
+	refusal  *oversize
+	rest     []byte // bytes read after the withheld length byte
+}
+
+// letGo gives back whatever the connection holds of the gate: its end is
+// decided.
+func (c *clientConn) letGo() {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	switch c.state {
+	case stateSlot:
+		c.l.g.release()
+	case stateWaiting:
+		if c.l.g.giveUp(c.waiter) {
+			c.l.g.release()
+		} else {
+			c.l.g.leaveOverflow()
+		}
+	case statePlace:
+		c.l.g.leaveOverflow()
+	}
+	c.state = stateNone
+}
+
+func (c *clientConn) Close() error {
+	err := net.ErrClosed
+	c.closeOnce.Do(func() {
+		close(c.closedCh)
+		c.letGo()
+		c.l.untrack(c)
+		err = c.Conn.Close()
+	})
+	return err
+}
+
+func (c *clientConn) Read(p []byte) (int, error) {
+	if c.mustWait {
+		c.mustWait = false
+		if err := c.awaitSlot(); err != nil {
+			return 0, err
+		}
+	}
+	if c.refusal != nil {
+		return 0, c.refuseOversize()
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		k, over := c.fr.scan(p[:n])
+		if over != nil {
+			c.refusal = over
+			c.rest = append([]byte(nil), p[k+1:n]...)
+			if k == 0 {
+				return 0, c.refuseOversize()
+			}
+			return k, nil
+		}
+		if !c.connected.Load() && c.fr.connectRead() {
+			c.connected.Store(true)
+			c.l.untrack(c)
+		}
+	}
+	return n, err
+}
+
+// awaitSlot is an overflow socket's first read: up to 50 ms in line for a
+// slot; without one, its CONNECT's opening bytes are read and answered
+// server busy, credentials unchecked (RFC 0002 §1.5).
+func (c *clientConn) awaitSlot() error {
+	w := c.waiter
+	t := time.NewTimer(overflowWait)
+	defer t.Stop()
+	select {
+	case <-w.granted:
+	case <-t.C:
+	case <-c.closedCh:
+		return net.ErrClosed
+	}
+	c.smu.Lock()
+	if c.state == stateWaiting {
+		if c.l.g.giveUp(w) {
+			c.state = stateSlot
+		} else {
+			c.state = statePlace
+		}
+	}
+	got := c.state == stateSlot
+	c.smu.Unlock()
+	if got {
+		return nil
+	}
+	// Unadmitted from here: closed within 100 ms, or at connect_timeout if
+	// that comes sooner (rfcs/limits.md: the 100 ms run from the end of the
+	// wait).
+	by := time.Now().Add(unadmittedWithin)
+	if c.connectBy.Before(by) {
+		by = c.connectBy
+	}
+	_ = c.Conn.SetReadDeadline(by)
+	version := readConnectOpening(c.Conn)
+	c.letGo()
+	c.wmu.Lock()
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(unadmittedWithin))
+	switch version {
+	case 5:
+		_, _ = c.Conn.Write([]byte{0x20, 3, 0, 0x89, 0}) // CONNACK 0x89 Server busy
+	case 3, 4:
+		_, _ = c.Conn.Write([]byte{0x20, 2, 0, 0x03}) // CONNACK 0x03 Server unavailable
+	}
+	c.wmu.Unlock()
+	c.l.log.Warn("connection refused: limits.max_connections reached", "remote", c.RemoteAddr().String())
+	_ = c.Close()
+	return errServerBusy
+}
+
+// readConnectOpening reads a CONNECT's fixed header and its bytes up to the
+// protocol level, and returns that level (0: not a CONNECT, not in time,
+// or no MQTT level).
+func readConnectOpening(r io.Reader) byte {
+	var b [8]byte
+	if _, err := io.ReadFull(r, b[:1]); err != nil || b[0]>>4 != 1 {
+		return 0
+	}
+	for i := 0; ; i++ { // the remaining length: at most four bytes
+		if _, err := io.ReadFull(r, b[:1]); err != nil {
+			return 0
+		}
+		if b[0]&128 == 0 {
+			break
+		}
+		if i == 3 {
+			return 0
+		}
+	}
+	return readVersion(r, nil)
+}
+
+// readVersion completes a CONNECT's opening bytes from have and then r and
+// returns its protocol level (0 if unreadable).
+func readVersion(r io.Reader, have []byte) byte {
+	var open [9]byte
+	n := copy(open[:], have)
+	if n < 2 {
+		m, err := io.ReadFull(r, open[n:2])
+		if n += m; err != nil {
+			return 0
+		}
+	}
+	need := 2 + (int(open[0])<<8 | int(open[1])) + 1
+	if need > len(open) {
+		return 0
+	}
+	if n < need {
+		if _, err := io.ReadFull(r, open[n:need]); err != nil {
+			return 0
+		}
+	}
+	return connectVersion(open[:need])
+}
+
+// refuseOversize answers a packet past its limit without reading it: an
+// MQTT 5 CONNECT gets CONNACK 0x95 (3.1.1: closed silently), any later
+// packet DISCONNECT 0x95 (3.1.1: closed) — RFC 0002 §3.1, §3.5.
+func (c *clientConn) refuseOversize() error {
+	over := c.refusal
+	var answer []byte
+	version := c.fr.version()
+	what := "packet"
+	if over.connect {
+		what = "CONNECT"
+		version = readVersion(c.Conn, c.rest)
+		if version == 5 {
+			answer = []byte{0x20, 3, 0, 0x95, 0}
+		}
+	} else if version == 5 {
+		answer = []byte{0xE0, 2, 0x95, 0}
+	}
+	c.letGo()
+	if answer != nil {
+		c.wmu.Lock()
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.boundOr(5 * time.Second)))
+		_, _ = c.Conn.Write(answer)
+		c.wmu.Unlock()
+	}
+	key := "limits.max_message_size"
+	if over.connect {
+		key = "limits.max_connect_size"
+	}
+	c.l.log.Warn(what+" refused: over "+key, "remote", c.RemoteAddr().String(),
+		"bytes", over.size, "limit", over.limit)
+	_ = c.Close()
+	return fmt.Errorf("%w: %s of %d bytes, %s is %d", errPacketTooLarge, what, over.size, key, over.limit)
+}
+
+func (c *clientConn) boundOr(d time.Duration) time.Duration {
+	if c.writeTimeout > 0 {
+		return c.writeTimeout
+	}
+	return d
+}
+
+func (c *clientConn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if endsConnection(b) {
+		c.letGo()
+	}
+	// invariant 16: every write to a client is bounded by write_timeout;
+	// with write_timeout none, by the client's keep-alive span.
+	var by time.Time
+	if c.writeTimeout > 0 {
+		by = time.Now().Add(c.writeTimeout)
+	} else if s := c.span.Load(); s > 0 {
+		by = time.Now().Add(time.Duration(s))
+	}
+	if err := c.Conn.SetWriteDeadline(by); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		// A client that did not take a write in time is disconnected
+		// (invariant 16). Closing here is what does it whoever wrote: the
+		// substrate's own writers only log a failed write and go on, and
+		// after a partial write the stream is corrupt, so no later write
+		// may follow it. The read loop then fails and the connection is
+		// torn down as any other that ends.
+		_ = c.Close()
+	}
+	return n, err
+}
+
+// SetDeadline is called by the substrate to arm the keepalive read
+// deadline; it would also clear the write deadline, which Write arms each
+// time, so only the read half is passed on. Until the CONNECT has been
+// read, connect_timeout caps it.
+func (c *clientConn) SetDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.span.Store(0)
+	} else {
+		c.span.Store(int64(time.Until(t)))
+	}
+	return c.SetReadDeadline(t)
+}
+
+func (c *clientConn) SetReadDeadline(t time.Time) error {
+	if !c.connected.Load() && (t.IsZero() || t.After(c.connectBy)) {
+		t = c.connectBy
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// topicAliasMaximum is fixed (RFC 0002 §1.5): the inbound alias table a
+// client can make the broker hold is bounded (invariant 13).
+const topicAliasMaximum = 16
+
+// connackPromises adds to an accepting MQTT 5 CONNACK what the substrate
+// leaves out (RFC 0002 §3.7): Maximum Packet Size = max_message_size, so a
+// client knows the bound before it meets it, and Topic Alias Maximum 16.
+func (b *Broker) connackPromises(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type != packets.Connack || pk.ReasonCode >= 0x80 || cl.Properties.ProtocolVersion < 5 {
+		return pk
+	}
+	pk.Properties.MaximumPacketSize = uint32(b.cfg.Broker.Limits.MaxMessageSize)
+	pk.Properties.TopicAliasMaximum = topicAliasMaximum
+	return pk
+}
+
+// AdmissionStats is what broker.limits holds at the door, for the
+// operations listener and tests.
+type AdmissionStats struct {
+	Slots          int // connection slots held (limits.max_connections)
+	OverflowPlaces int // overflow sockets waiting or being answered busy
+	// PublishRateRefused counts publishes refused for publish_rate or
+	// publish_bytes (saguin_publish_refused_total{reason="publish rate exceeded"}).
+	PublishRateRefused int64
+	// PublishBudgetsHeld is how many client ids have a publish budget not
+	// yet refilled.
+	PublishBudgetsHeld int
+}
+
+// AdmissionStats reports the admission state.
+func (b *Broker) AdmissionStats() AdmissionStats {
+	if b.gate == nil {
+		return AdmissionStats{}
+	}
+	slots, places := b.gate.held()
+	return AdmissionStats{Slots: slots, OverflowPlaces: places,
+		PublishRateRefused: b.gate.refusedRate.Load(), PublishBudgetsHeld: b.gate.pub.held()}
+}

@@ -1,0 +1,118 @@
+package broker
+
+import (
+	"errors"
+	"time"
+
+	"saguin.dev/storage"
+)
+
+// The broadcast log at a full provider (delivery-front §6 "Bounds (never
+// refuse publisher)": "log capped by provider max_bytes → oldest go except
+// on-wire ones"; configuration.md §4.2 "Full session store": the log yields
+// room). The log has no bound of its own: when the provider refuses a
+// write to it, or to a session window, the oldest logged messages no
+// session has on the wire are removed — those a session still waits for
+// stay in its outbox in memory, so they are delivered while the broker
+// runs but no longer survive a restart — counted LogStorageFull, and the
+// write is tried once more.
+
+// withLogRoom runs write; if the provider refuses it for room, it removes
+// up to need bytes of the log's oldest messages nobody has on the wire and
+// runs it once more.
+func (b *Broker) withLogRoom(need int64, write func() error) error {
+	err := write()
+	if err == nil || !errors.Is(err, storage.ErrFull) {
+		return err
+	}
+	if !b.relieveLog(need) {
+		return err
+	}
+	return write()
+}
+
+// relieveLog removes the oldest logged messages, at least need bytes of
+// them, below every delivery on the wire and every message still being
+// fanned out. It reports whether it removed any.
+func (b *Broker) relieveLog(need int64) bool {
+	l := b.fan.log
+	l.relief.Lock()
+	defer l.relief.Unlock()
+	limit := min(l.watermark(), b.lowestOnWire())
+	floor := l.log.Floor()
+	var freed int64
+	target := floor
+	for target < limit && freed < need {
+		recs, _, err := l.log.Read(target, bcastReadBatch)
+		if err != nil || len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			if r.Offset >= limit || freed >= need {
+				break
+			}
+			freed += r.Size()
+			target = r.Offset + 1
+		}
+		if recs[len(recs)-1].Offset+1 > target {
+			break // stopped inside the batch
+		}
+	}
+	if target == floor {
+		return false
+	}
+	var olderThan time.Time
+	if target >= l.log.Next() {
+		l.mu.Lock()
+		idle := len(l.pending) == 0
+		olderThan = l.lastTS.Add(time.Nanosecond)
+		l.mu.Unlock()
+		if !idle {
+			return false
+		}
+	} else {
+		recs, _, err := l.log.Read(target, 1)
+		if err != nil || len(recs) == 0 {
+			return false
+		}
+		olderThan = recs[0].Timestamp
+	}
+	removed, _, err := l.log.Trim(olderThan, 0)
+	if err != nil || removed == 0 {
+		return false
+	}
+	b.fan.logStorageFull.Add(int64(removed))
+	now := b.clock.Now()
+	if l.lastFullWarn.IsZero() || now.Sub(l.lastFullWarn) >= fanoutWarnEvery {
+		l.lastFullWarn = now
+		b.log.Warn("broadcast log gave up its oldest messages to a full provider: they no longer survive a restart",
+			"removed", removed, "floor", l.log.Floor())
+	}
+	return true
+}
+
+// lowestOnWire is the lowest logged offset any session has on the wire
+// (0 offsets aside); the log's next offset when none.
+func (b *Broker) lowestOnWire() uint64 {
+	low := b.fan.log.log.Next()
+	b.mu.Lock()
+	sessions := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	b.mu.Unlock()
+	for _, s := range sessions {
+		o := s.bcast.Load()
+		if o == nil {
+			continue
+		}
+		o.mu.Lock()
+		for _, w := range o.onWire {
+			if w.m.off != 0 {
+				low = min(low, w.m.off)
+			}
+		}
+		o.mu.Unlock()
+	}
+	return low
+}

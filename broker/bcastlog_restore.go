@@ -1,0 +1,232 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/topic"
+)
+
+// Start-up half of the broadcast log (bcastlog.go, rfcs/broadcast-log.md):
+// what the log holds is served again to the sessions and shared groups that
+// came back.
+
+// restoredBcast is one restored session as the start-up read of the log
+// serves it.
+type restoredBcast struct {
+	s      *session
+	o      *outbox
+	cl     *mqtt.Client
+	cursor uint64
+	subs   map[string]packets.Subscription
+	window map[uint64]storedInflight
+	n      int // window entries put back on the wire
+}
+
+// restoreBroadcast serves every restored durable session (and shared
+// group) what the log holds for it: from its cursor, the messages whose
+// topic one of its filters matched when they were written (a filter's
+// subscribed-at offset at or below the message's), in order, within its
+// limits.session_queue_bytes (oldest given up, counted); the ones in its
+// stored window go back on the wire under their packet ids, for the
+// substrate to resend with DUP when the client resumes. Runs at start,
+// after restoreSessions, before anything listens.
+func (b *Broker) restoreBroadcast() error {
+	l := b.fan.log
+	if l == nil {
+		return nil
+	}
+	b.mu.Lock()
+	held := make(map[string]*session, len(b.sessions))
+	for id, s := range b.sessions {
+		held[id] = s
+	}
+	b.mu.Unlock()
+	positions, err := l.log.Positions()
+	if err != nil {
+		return fmt.Errorf("reading broadcast cursors: %w", err)
+	}
+	cursors := make(map[string]uint64, len(positions))
+	for _, p := range positions {
+		id, ok := strings.CutPrefix(p.Reader, "mqtt:")
+		if !ok {
+			continue
+		}
+		if s := held[id]; s == nil || !s.isDurable() {
+			// A cursor whose session is not held goes at start (storage.md).
+			if _, err := l.log.DropPosition(p.Reader); err != nil {
+				return fmt.Errorf("dropping the broadcast cursor of %q: %w", id, err)
+			}
+			continue
+		}
+		cursors[id] = p.Offset
+	}
+	floor, next := l.log.Floor(), l.opened
+	var rs []*restoredBcast
+	for id, s := range held {
+		cl, ok := b.mqtt.Clients.Get(id)
+		if !ok {
+			continue
+		}
+		r := &restoredBcast{s: s, o: b.outboxOf(s), cl: cl, subs: cl.State.Subscriptions.GetAll()}
+		cur, ok := cursors[id]
+		if !ok {
+			// No cursor stored (a crash before its first flush): from the
+			// earliest of its filters' subscribed-at offsets.
+			cur = next
+			r.o.mu.Lock()
+			for _, v := range r.o.from {
+				cur = min(cur, v)
+			}
+			r.o.mu.Unlock()
+		}
+		r.cursor = max(cur, floor)
+		if r.window, err = b.readWindow(id, r.cursor, next); err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	groups, err := b.fan.shares.restore(b, held)
+	if err != nil {
+		return err
+	}
+	from := next
+	for _, r := range rs {
+		from = min(from, r.cursor)
+	}
+	for _, g := range groups {
+		from = min(from, g.restoreFrom())
+	}
+	from = max(from, floor)
+	now := b.clock.Now()
+	for from < next {
+		recs, _, err := l.log.Read(from, bcastReadBatch)
+		if err != nil {
+			return fmt.Errorf("reading the broadcast log at %d: %w", from, err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, rec := range recs {
+			if rec.Offset >= next {
+				break
+			}
+			m := msgFromRecord(rec)
+			for _, r := range rs {
+				if rec.Offset >= r.cursor {
+					b.restoreDelivery(r, m, now)
+				}
+			}
+			for _, g := range groups {
+				g.restoreRecord(b, m)
+			}
+		}
+		from = recs[len(recs)-1].Offset + 1
+	}
+	for _, r := range rs {
+		r.o.mu.Lock()
+		r.o.stored = r.cursor
+		r.o.storedWindow = len(r.window) > 0
+		r.o.mu.Unlock()
+	}
+	return nil
+}
+
+// readWindow reads a session's stored window, dropping entries behind its
+// cursor (acknowledged). A table past any window is damage: refused.
+func (b *Broker) readWindow(id string, cursor, next uint64) (map[uint64]storedInflight, error) {
+	rec, ok, err := b.fan.log.windows.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("reading the broadcast window of %q: %w", id, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	var w storedWindow
+	if err := json.Unmarshal(rec.Payload, &w); err != nil {
+		return nil, fmt.Errorf("broadcast window of %q: %w", id, err)
+	}
+	if w.Format != windowFormat || len(w.Entries) > maxStoredWindow {
+		return nil, fmt.Errorf("broadcast window of %q: format %d with %d entries refused", id, w.Format, len(w.Entries))
+	}
+	out := make(map[uint64]storedInflight, len(w.Entries))
+	for _, e := range w.Entries {
+		if e.Offset >= next {
+			return nil, fmt.Errorf("broadcast window of %q: offset %d past the log's end %d", id, e.Offset, next)
+		}
+		if e.Offset >= cursor || e.Group != "" {
+			out[e.Offset] = e
+		}
+	}
+	return out, nil
+}
+
+// restoreDelivery gives one restored session one logged message: back on
+// the wire under its packet id if its window held it, else waiting in its
+// outbox if its filters were owed it.
+func (b *Broker) restoreDelivery(r *restoredBcast, m *broadcastMsg, now time.Time) {
+	if w, ok := r.window[m.off]; ok {
+		e := owed{m: m, qos: w.QoS, group: w.Group, charge: m.charge()}
+		pk, left, outcome := shapeBroadcast(e, r.subs, nil, r.s.id, r.cl.Properties.ProtocolVersion, now)
+		if outcome != shapeDeliver {
+			return // let go like an acknowledged one
+		}
+		pk.PacketID = w.PID
+		pk.FixedHeader.Dup = true
+		// The substrate resends its in-flight table ordered by the low 16
+		// bits of Created: numbered in offset order, they go out in the
+		// order first sent (MQTT-4.6.0-1). Created serves nothing else here
+		// (no maximum message expiry is configured on the substrate).
+		r.n++
+		pk.Created = now.Unix()&^0xFFFF + int64(r.n)
+		if w.Pubrel {
+			pk = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1},
+				PacketID: w.PID, ProtocolVersion: pk.ProtocolVersion, Created: pk.Created}
+		} else if left > 0 {
+			pk.Expiry = time.Now().Unix() + int64(left)
+		}
+		r.cl.State.Inflight.Set(pk)
+		r.s.mu.Lock()
+		r.s.pids[w.PID] = r.o
+		r.s.mu.Unlock()
+		r.o.mu.Lock()
+		r.o.onWire[w.PID] = wireEntry{charge: e.charge + inflightEntryCost, m: m, qos: w.QoS, group: w.Group, pubrel: w.Pubrel}
+		r.o.wire += e.charge + inflightEntryCost
+		r.o.mu.Unlock()
+		return
+	}
+	if b.channelTopic(m.topic) {
+		return // a channel record copied for shared groups only
+	}
+	if qos := r.owes(m); qos > 0 {
+		r.o.offer(b, m, qos, "", false)
+	}
+}
+
+// owes is the QoS at which a restored session is owed m by its own
+// filters: ones subscribed at or before m was written (matched at publish
+// time; a later subscription does not reach back). 0: not owed.
+func (r *restoredBcast) owes(m *broadcastMsg) byte {
+	r.o.mu.Lock()
+	defer r.o.mu.Unlock()
+	var qos byte
+	for filter, sub := range r.subs {
+		if strings.HasPrefix(filter, "$share/") || strings.HasPrefix(filter, "$saguin/") {
+			continue
+		}
+		from, ok := r.o.from[filter]
+		if !ok || from > m.off || !topic.Match(filter, m.topic) {
+			continue
+		}
+		if sub.NoLocal && m.origin == r.s.id {
+			continue
+		}
+		qos = max(qos, sub.Qos)
+	}
+	return min(qos, m.qos)
+}

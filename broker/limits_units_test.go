@@ -1,0 +1,247 @@
+package broker
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"saguin.dev/broker/config"
+)
+
+// header encodes a fixed header declaring a body of n bytes.
+func header(first byte, n int) []byte {
+	b := []byte{first}
+	for {
+		c := byte(n % 128)
+		n /= 128
+		if n > 0 {
+			c |= 128
+		}
+		b = append(b, c)
+		if n == 0 {
+			return b
+		}
+	}
+}
+
+// invariant 13: the framer judges each packet on its declared size, the
+// whole packet as MQTT counts it (header and length bytes too), and hands
+// on nothing of an oversized packet past its first length bytes — so the
+// substrate never learns the size, let alone allocates it.
+func TestInvariant13_FramerJudgesDeclaredSize(t *testing.T) {
+	connect := append(header(0x10, 10), 0, 4, 'M', 'Q', 'T', 'T', 5, 2, 0, 60)
+	t.Run("connect at and over max_connect_size", func(t *testing.T) {
+		f := framer{connectLimit: int64(len(connect)), packetLimit: 1000}
+		if k, over := f.scan(connect); over != nil || k != len(connect) || !f.connectRead() || f.version() != 5 {
+			t.Fatalf("CONNECT at the limit: k=%d over=%v read=%v version=%d", k, over, f.connectRead(), f.version())
+		}
+		f = framer{connectLimit: int64(len(connect)) - 1, packetLimit: 1000}
+		k, over := f.scan(connect)
+		if over == nil || !over.connect || k != 1 || over.size != int64(len(connect)) {
+			t.Fatalf("CONNECT one byte over: k=%d over=%+v", k, over)
+		}
+	})
+	t.Run("publish over max_message_size, length split across reads", func(t *testing.T) {
+		f := framer{connectLimit: 1000, packetLimit: 200}
+		if _, over := f.scan(connect); over != nil {
+			t.Fatal(over)
+		}
+		ok := append(header(0x30, 197), make([]byte, 197)...) // 1+2+197 = 200
+		big := header(0x32, 100<<20)                          // declares 100MiB
+		stream := append(append([]byte{}, ok...), big...)
+		// Fed a byte at a time, as a slow client would send it.
+		handed := 0
+		var over *oversize
+		for i := range stream {
+			k, o := f.scan(stream[i : i+1])
+			handed += k
+			if o != nil {
+				over = o
+				break
+			}
+		}
+		if over == nil || over.connect || over.size != int64(1+len(big)-1+100<<20) || over.limit != 200 {
+			t.Fatalf("oversize not found: %+v", over)
+		}
+		if want := len(ok) + len(big) - 1; handed != want {
+			t.Fatalf("handed on %d bytes, want %d (everything before the last length byte)", handed, want)
+		}
+	})
+	t.Run("three bytes over is still over", func(t *testing.T) {
+		// The substrate's own check leaves the length bytes out; ours
+		// does not.
+		f := framer{connectLimit: 1000, packetLimit: 200}
+		f.scan(connect)
+		if _, over := f.scan(header(0x30, 198)); over == nil || over.size != 201 {
+			t.Fatalf("a 201-byte packet passed a 200-byte limit: %+v", over)
+		}
+	})
+}
+
+func TestEndsConnectionFindsRefusals(t *testing.T) {
+	puback := []byte{0x40, 2, 0, 1}
+	for name, tc := range map[string]struct {
+		b    []byte
+		want bool
+	}{
+		"accepting CONNACK":     {[]byte{0x20, 3, 0, 0, 0}, false},
+		"refusing CONNACK":      {[]byte{0x20, 3, 0, 0x89, 0}, true},
+		"3.1.1 refusing":        {[]byte{0x20, 2, 0, 0x03}, true},
+		"PUBACKs":               {append(append([]byte{}, puback...), puback...), false},
+		"DISCONNECT after data": {append(append([]byte{}, puback...), 0xE0, 1, 0x8E), true},
+	} {
+		if got := endsConnection(tc.b); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// limits.max_connect_rate: bursts up to twice the rate, then one per
+// 1/rate; a wait takes nothing, so the excess waits rather than being
+// refused.
+func TestInvariant13_MaxConnectRateBucket(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := newTokenBucket(10, 20, t0)
+	for i := range 20 {
+		if d := b.wait(t0); d != 0 {
+			t.Fatalf("burst accept %d waited %v", i, d)
+		}
+	}
+	d := b.wait(t0)
+	if d != 100*time.Millisecond {
+		t.Fatalf("past the burst: wait %v, want 100ms", d)
+	}
+	if d := b.wait(t0.Add(50 * time.Millisecond)); d <= 0 {
+		t.Fatal("admitted before its token")
+	}
+	if d := b.wait(t0.Add(100 * time.Millisecond)); d != 0 {
+		t.Fatalf("token due at 100ms: wait %v", d)
+	}
+	// An idle hour refills only to the burst.
+	later := t0.Add(time.Hour)
+	n := 0
+	for b.wait(later) == 0 {
+		n++
+	}
+	if n != 20 {
+		t.Fatalf("after an hour idle %d accepted at once, want the burst of 20", n)
+	}
+}
+
+// limits.publish_rate / publish_bytes: over either ⇒ refused and nothing
+// charged; a message larger than the whole byte budget is admitted on a
+// full budget and goes into deficit; the budget follows the client id and
+// is dropped once refilled (the bound on what is kept).
+func TestInvariant13_PublishBudgets(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := publishBudgets{rate: 2, bytes: 1000}
+	for i := range 2 {
+		if ok, _ := p.admit("a", 10, t0); !ok {
+			t.Fatalf("message %d within the rate refused", i)
+		}
+	}
+	if ok, which := p.admit("a", 10, t0); ok || which != "limits.publish_rate" {
+		t.Fatalf("third in the same instant: %v %q", ok, which)
+	}
+	if ok, _ := p.admit("b", 10, t0); !ok {
+		t.Fatal("another client id was charged")
+	}
+	if ok, _ := p.admit("a", 10, t0.Add(500*time.Millisecond)); !ok {
+		t.Fatal("refilled token refused")
+	}
+
+	q := publishBudgets{bytes: 1000}
+	if ok, _ := q.admit("c", 600, t0); !ok {
+		t.Fatal("600 of 1000 refused")
+	}
+	if ok, which := q.admit("c", 600, t0); ok || which != "limits.publish_bytes" {
+		t.Fatalf("600 more: %v %q", ok, which)
+	}
+	if ok, _ := q.admit("c", 400, t0); !ok {
+		t.Fatal("the refused message was charged: 400 left should fit")
+	}
+	t1 := t0.Add(10 * time.Second)
+	if ok, _ := q.admit("c", 5000, t1); !ok {
+		t.Fatal("a message over the whole budget refused on a full budget")
+	}
+	// 4000 in deficit: four seconds pays it back, one more refills.
+	if ok, _ := q.admit("c", 1, t1.Add(3*time.Second)); ok {
+		t.Fatal("admitted while in deficit")
+	}
+	if ok, _ := q.admit("c", 1, t1.Add(5*time.Second)); !ok {
+		t.Fatal("refused after the deficit was paid back")
+	}
+	if q.held() != 1 {
+		t.Fatalf("held %d budgets", q.held())
+	}
+	// Once refilled, a budget is dropped (at the next check a second on).
+	if ok, _ := q.admit("d", 1, t1.Add(time.Hour)); !ok {
+		t.Fatal("d refused")
+	}
+	if q.held() != 1 {
+		t.Fatalf("refilled budget kept: %d held, want only d's", q.held())
+	}
+}
+
+// limits.max_connections: slots first, then min(max_connections, 32)
+// overflow places served FIFO as slots free; past that, nothing.
+func TestInvariant13_MaxConnectionsGate(t *testing.T) {
+	g := newGate(config.Limits{MaxConnections: 2})
+	for i := range 2 {
+		if w, ok := g.admit(); !ok || w != nil {
+			t.Fatalf("slot %d: %v %v", i, w, ok)
+		}
+	}
+	w1, ok1 := g.admit()
+	w2, ok2 := g.admit()
+	if !ok1 || !ok2 || w1 == nil || w2 == nil {
+		t.Fatal("overflow places not given")
+	}
+	if _, ok := g.admit(); ok {
+		t.Fatal("budget of 2 full, yet admitted")
+	}
+	g.release()
+	select {
+	case <-w1.granted:
+	default:
+		t.Fatal("freed slot not handed to the oldest waiter")
+	}
+	if g.giveUp(w2) {
+		t.Fatal("w2 given a slot nobody freed")
+	}
+	g.leaveOverflow() // w2 answered busy
+	if slots, places := g.held(); slots != 2 || places != 0 {
+		t.Fatalf("held %d slots, %d places", slots, places)
+	}
+	g.release()
+	g.release()
+	if slots, _ := g.held(); slots != 0 {
+		t.Fatalf("%d slots after all released", slots)
+	}
+	if big := newGate(config.Limits{MaxConnections: 10000}); big.budget != 32 {
+		t.Fatalf("overflow budget %d, want 32", big.budget)
+	}
+}
+
+// An overflow socket is answered from its CONNECT's opening bytes alone:
+// the protocol level is found whatever the declared length, and anything
+// that is not a CONNECT of a known level gets nothing.
+func TestConnectOpeningGivesTheLevel(t *testing.T) {
+	open := func(level byte) []byte { return []byte{0, 4, 'M', 'Q', 'T', 'T', level} }
+	for name, tc := range map[string]struct {
+		b    []byte
+		want byte
+	}{
+		"MQTT 5, short length": {append(header(0x10, 20), open(5)...), 5},
+		"3.1.1, 4-byte length": {append(header(0x10, 100<<20), open(4)...), 4},
+		"MQIsdp 3.1":           {append(header(0x10, 30), 0, 6, 'M', 'Q', 'I', 's', 'd', 'p', 3), 3},
+		"not a CONNECT":        {append(header(0x30, 20), open(5)...), 0},
+		"five length bytes":    {[]byte{0x10, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 4, 'M', 'Q', 'T', 'T', 5}, 0},
+		"cut short":            {append(header(0x10, 20), 0, 4, 'M', 'Q'), 0},
+		"name no level uses":   {append(header(0x10, 20), 0, 9, 'x'), 0},
+	} {
+		if got := readConnectOpening(bytes.NewReader(tc.b)); got != tc.want {
+			t.Errorf("%s: level %d, want %d", name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package broker
+
+import (
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// tokenBucket is a rate with a burst: tokens refill at rate per second up
+// to burst. It holds no clock of its own; every call says what time it is,
+// so tests drive it with made-up instants (no sleeping).
+type tokenBucket struct {
+	rate, burst float64
+	tokens      float64
+	at          time.Time // when tokens was last brought up to date
+}
+
+func newTokenBucket(rate, burst float64, now time.Time) *tokenBucket {
+	return &tokenBucket{rate: rate, burst: burst, tokens: burst, at: now}
+}
+
+func (b *tokenBucket) refill(now time.Time) {
+	if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(b.burst, b.tokens+d.Seconds()*b.rate)
+		b.at = now
+	}
+}
+
+// wait takes one token if there is one (0), or says how long until there is
+// (nothing taken).
+func (b *tokenBucket) wait(now time.Time) time.Duration {
+	b.refill(now)
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	return time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+}
+
+// allows reports whether cost fits what is left. A cost larger than the
+// whole burst fits a full bucket (RFC 0002 §1.5 publish_bytes: "a message
+// larger than the whole budget is admitted (goes into deficit)"), so a
+// budget below the message size slows a client down instead of silencing
+// it for ever.
+func (b *tokenBucket) allows(now time.Time, cost float64) bool {
+	b.refill(now)
+	return cost <= b.tokens || (cost > b.burst && b.tokens >= b.burst)
+}
+
+// take spends cost, going into deficit if it is more than is left.
+func (b *tokenBucket) take(cost float64) { b.tokens -= cost }
+
+// full reports whether the bucket has refilled: it is then no different
+// from a new one and need not be kept.
+func (b *tokenBucket) full(now time.Time) bool {
+	b.refill(now)
+	return b.tokens >= b.burst
+}
+
+// publishBudgets are the per-client limits.publish_rate and
+// limits.publish_bytes budgets. A budget follows the client id, not the
+// connection, so reconnecting does not refill it (RFC 0002 §1.5); once it
+// has refilled it is dropped, which is what bounds the map (invariant 13):
+// an entry lives at most until its deficit is paid back, so the map holds
+// the ids that published within the last refill time, no more.
+type publishBudgets struct {
+	rate  int   // messages per second, 0 = no bound
+	bytes int64 // bytes per second, 0 = no bound
+
+	mu     sync.Mutex
+	byID   map[string]*clientBudget
+	pruned time.Time
+}
+
+type clientBudget struct {
+	msgs, bytes *tokenBucket // nil where that limit is unset
+}
+
+func (p *publishBudgets) bounded() bool { return p.rate > 0 || p.bytes > 0 }
+
+// admit charges one message of size bytes to id, or reports that it is over
+// either budget (nothing charged then: a refused message costs nothing).
+// Burst: one second's worth of each (rfcs/limits.md).
+func (p *publishBudgets) admit(id string, size int, now time.Time) (ok bool, which string) {
+	if !p.bounded() {
+		return true, ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byID == nil {
+		p.byID = make(map[string]*clientBudget)
+	}
+	if now.Sub(p.pruned) >= time.Second {
+		p.pruned = now
+		for k, cb := range p.byID {
+			if (cb.msgs == nil || cb.msgs.full(now)) && (cb.bytes == nil || cb.bytes.full(now)) {
+				delete(p.byID, k)
+			}
+		}
+	}
+	cb := p.byID[id]
+	if cb == nil {
+		cb = &clientBudget{}
+		if p.rate > 0 {
+			cb.msgs = newTokenBucket(float64(p.rate), float64(p.rate), now)
+		}
+		if p.bytes > 0 {
+			cb.bytes = newTokenBucket(float64(p.bytes), float64(p.bytes), now)
+		}
+		p.byID[id] = cb
+	}
+	if cb.msgs != nil && !cb.msgs.allows(now, 1) {
+		return false, "limits.publish_rate"
+	}
+	if cb.bytes != nil && !cb.bytes.allows(now, float64(size)) {
+		return false, "limits.publish_bytes"
+	}
+	if cb.msgs != nil {
+		cb.msgs.take(1)
+	}
+	if cb.bytes != nil {
+		cb.bytes.take(float64(size))
+	}
+	return true, ""
+}
+
+// held is how many client ids have a budget not yet refilled (tests).
+func (p *publishBudgets) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.byID)
+}
+
+// overPublishBudget is the publish path's rate check, made before topic
+// resolution, authorisation and storage (RFC 0002 §1.5: a client over its
+// rate costs the broker nothing more). Over ⇒ 0x97 on the PUBACK/PUBREC,
+// the connection left alone; QoS 0 is dropped (refuse). The size charged
+// is the message as stored: topic, payload and User Properties.
+func (b *Broker) overPublishBudget(cl *mqtt.Client, pk packets.Packet) (packets.Packet, bool, error) {
+	// A Will is published by the broker for a client that is gone, on a
+	// stand-in with no socket: the budget bounds what a live connection
+	// sends, and a Will was bounded when its CONNECT was (rfcs/limits.md).
+	if cl.Net.Conn == nil || b.gate == nil || !b.gate.pub.bounded() {
+		return pk, false, nil
+	}
+	size := len(pk.TopicName) + len(pk.Payload)
+	for _, u := range pk.Properties.User {
+		size += len(u.Key) + len(u.Val)
+	}
+	ok, which := b.gate.pub.admit(cl.ID, size, b.clock.Now())
+	if ok {
+		return pk, false, nil
+	}
+	b.gate.refusedRate.Add(1)
+	code := withReason(codeQuotaExceeded, "publish rate exceeded: "+which)
+	if pk.FixedHeader.Qos == 1 && cl.Properties.ProtocolVersion >= 5 {
+		// The PUBACK is written here rather than by the substrate, which
+		// logs every refusal code a hook returns at error level with the
+		// whole packet: a client flooding past its rate would flood the
+		// log. Rate refusals are logged at debug (RFC 0002 §1.5).
+		b.log.Debug("publish refused", "client", cl.ID, "topic", pk.TopicName, "code", code.Code, "reason", code.Reason)
+		_ = cl.WritePacket(packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Puback},
+			PacketID:    pk.PacketID,
+			ReasonCode:  code.Code,
+			Properties:  packets.Properties{ReasonString: code.Reason},
+		})
+		return pk, true, packets.ErrRejectPacket
+	}
+	out, err := b.refuse(cl, pk, code)
+	return out, true, err
+}
