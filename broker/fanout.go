@@ -310,6 +310,11 @@ type outbox struct {
 	lastWarn time.Time // last drop warning (one per fanoutWarnEvery)
 	unwarned int64     // drops since that warning
 
+	// b and cl are the broker and the connection being served (nil while
+	// away), for starting the sender when the first message comes.
+	b  *Broker
+	cl *mqtt.Client
+
 	wake   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -332,6 +337,7 @@ func (b *Broker) outboxOf(s *session) *outbox {
 }
 
 func (o *outbox) poke() {
+	o.ensureSender()
 	select {
 	case o.wake <- struct{}{}:
 	default:

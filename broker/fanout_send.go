@@ -42,14 +42,37 @@ const fanoutReconcileEvery = time.Second
 // resumed session's unacknowledged messages go first.
 func (o *outbox) start(b *Broker, cl *mqtt.Client) {
 	o.stopSender()
-	ctx, cancel := context.WithCancel(context.Background())
 	o.mu.Lock()
 	o.live = true
+	o.b, o.cl = b, cl
+	busy := o.head < len(o.q) || len(o.onWire) > 0
+	o.mu.Unlock()
+	// The sender is started when there is something to send: now, for a
+	// session resuming with broadcast owed, on the wire or subscribed to
+	// (a shared group's backlog is pulled by its sender); otherwise at the
+	// first message offered. A connection that never receives broadcast
+	// costs no goroutine and no stack (Step 6: memory per connection).
+	if busy || cl.State.Subscriptions.Len() > 0 {
+		o.ensureSender()
+	}
+}
+
+// ensureSender starts the connection's sender if a connection is served and
+// none runs. Never during the broker's own stop, whose wait for its
+// goroutines must not see new ones.
+func (o *outbox) ensureSender() {
+	o.mu.Lock()
+	if !o.live || o.cancel != nil || o.b == nil || o.b.closing.Load() {
+		o.mu.Unlock()
+		return
+	}
+	b, cl := o.b, o.cl
+	ctx, cancel := context.WithCancel(context.Background())
 	o.cancel = cancel
 	o.done = make(chan struct{})
 	done := o.done
-	o.mu.Unlock()
 	b.wg.Add(1)
+	o.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
 		defer close(done)
@@ -62,9 +85,14 @@ func (o *outbox) start(b *Broker, cl *mqtt.Client) {
 // session (the substrate carries those packets to a resuming connection and
 // resends them); QoS 0 still waiting is not owed to a session away, and goes.
 func (o *outbox) stop() {
-	o.stopSender()
+	// Not live first, so no offer starts a sender for the connection
+	// being let go while the running one stops.
 	o.mu.Lock()
 	o.live = false
+	o.cl = nil
+	o.mu.Unlock()
+	o.stopSender()
+	o.mu.Lock()
 	kept := o.q[:0]
 	for _, e := range o.q[o.head:] {
 		if e.qos > 0 {

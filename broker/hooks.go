@@ -363,7 +363,20 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	b.mu.Unlock()
 	if s != nil {
 		old := s.owner()
-		s.stopPumps(old)
+		carried := old
+		if carried == nil {
+			// The old connection's teardown may have let go of the session
+			// a moment ago (a client that reset its socket and reconnected
+			// before the broker saw the reset) while the substrate is about
+			// to carry that connection's in-flight table to this one: the
+			// pumps' packet ids leave that table here, or the substrate
+			// resends them (DUP) next to the pump's own copy from the
+			// position (the chaos harness's append-duplicate finding).
+			if existing, ok := b.mqtt.Clients.Get(cl.ID); ok && existing != cl {
+				carried = existing
+			}
+		}
+		s.stopPumps(carried)
 		if old != nil {
 			b.returnJobs(s, old)
 		}
