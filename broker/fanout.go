@@ -373,6 +373,10 @@ func (o *outbox) offer(b *Broker, m *broadcastMsg, qos byte, group string, share
 		o.mu.Unlock()
 		return false
 	}
+	if share && !o.eligibleLocked(m, qos) {
+		o.mu.Unlock()
+		return false // the group tries its next member (share.go)
+	}
 	fits := func() bool {
 		waiting := o.queued + o.writing
 		return waiting+charge <= half || waiting == 0 && o.wire == 0

@@ -27,7 +27,10 @@ func outboxRig(t *testing.T, bound int64) (*Broker, *outbox) {
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	s := newSession("sub")
 	o := b.outboxOf(s)
-	o.live = true // as while a connection is served
+	// As while a connection is served (no sender is started: the rig's
+	// outbox has no broker to start one with).
+	o.live = true
+	o.cl = mqtt.New(nil).NewClient(nil, "test", "sub", false)
 	return b, o
 }
 

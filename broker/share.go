@@ -253,6 +253,56 @@ func (b *Broker) shareOut(m *broadcastMsg, filter string, group map[string]packe
 	b.fan.noMember.Add(1)
 }
 
+// eligibleLocked reports whether a connected member may be handed m now
+// (configuration.md §4.3 "Delivery"; delivery-front §5): at QoS 1/2 its
+// Receive Maximum has room for one more beyond what it holds and what waits
+// for it, and m fits its Maximum Packet Size. A member it does not fit is
+// passed over, never disconnected and nothing counted; with no fitting
+// member the group holds m as if none were connected. Caller holds o.mu.
+func (o *outbox) eligibleLocked(m *broadcastMsg, qos byte) bool {
+	cl := o.cl
+	if cl == nil {
+		return false
+	}
+	if max := cl.Properties.Props.MaximumPacketSize; max > 0 && m.packetSizeBound() > int64(max) {
+		return false
+	}
+	if qos > 0 {
+		rm := int(cl.Properties.Props.ReceiveMaximum)
+		if rm == 0 {
+			rm = 65535 // MQTT 5 §3.1.2.11.3
+		}
+		if cl.State.Inflight.Len()+len(o.q)-o.head >= rm {
+			return false
+		}
+	}
+	return true
+}
+
+// packetSizeBound is at least the size of m's PUBLISH to any subscriber:
+// fixed header, topic, packet id, the publisher's properties with their
+// identifiers and lengths, room for Subscription Identifiers and a Message
+// Expiry Interval, and the payload. Being an upper bound, it may pass over
+// a member a message within a few bytes of its limit would have fitted,
+// never hand one a message it must then drop.
+func (m *broadcastMsg) packetSizeBound() int64 {
+	p := m.props
+	props := 4 + 2 + 5 + 16 // property length, payload format, expiry, subscription identifiers
+	if p.ContentType != "" {
+		props += 3 + len(p.ContentType)
+	}
+	if p.ResponseTopic != "" {
+		props += 3 + len(p.ResponseTopic)
+	}
+	if len(p.CorrelationData) > 0 {
+		props += 3 + len(p.CorrelationData)
+	}
+	for _, u := range p.User {
+		props += 5 + len(u.Key) + len(u.Val)
+	}
+	return int64(5 + 2 + len(m.topic) + 2 + props + len(m.payload))
+}
+
 // durableMember reports whether a member that could be owed m at QoS 1/2
 // has a session outliving its connection.
 func durableMember(m *broadcastMsg, group map[string]packets.Subscription, members map[string]*session) bool {
