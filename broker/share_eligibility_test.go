@@ -17,7 +17,7 @@ import (
 func memberConnect(t *testing.T, addr, id, filter string, receiveMax uint16, maxPacket uint32) *brokertest.RawClient {
 	t.Helper()
 	c, ack := brokertest.DialConnect(t, addr, packets.Packet{
-		Connect: packets.ConnectParams{ClientIdentifier: id, Clean: true, Keepalive: 60},
+		Connect:    packets.ConnectParams{ClientIdentifier: id, Clean: true, Keepalive: 60},
 		Properties: packets.Properties{ReceiveMaximum: receiveMax, MaximumPacketSize: maxPacket},
 	})
 	if ack.ReasonCode != 0 {
