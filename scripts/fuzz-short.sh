@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Runs every go test -fuzz target of the repository briefly (FUZZTIME each,
-# default 5s): every parser of client- or file-controlled input that is ours
-# (seek payloads, point-read keys, $saguin/ routes and queue verdicts,
+# Runs every go test -fuzz target of the repository briefly, FUZZTIME inputs
+# each (default 20000x: a count, not a duration — a duration ends in a
+# deadline that a loaded 2-core machine turns into a "context deadline
+# exceeded" failure of the fuzzer itself, seen in CI): every parser of client-
+# or file-controlled input that is ours (seek payloads, point-read keys, $saguin/ routes and queue verdicts,
 # saguin-filter, configuration values, snapshot files, stored JSON). The
 # seed corpora also run as plain tests in make test; this adds mutation.
 # A crasher is written under the package's testdata/fuzz and fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FUZZTIME=${FUZZTIME:-5s}
+FUZZTIME=${FUZZTIME:-20000x}
 n=0
 while IFS= read -r line; do
   file=${line%%:*}
