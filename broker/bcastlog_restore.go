@@ -103,6 +103,20 @@ func (b *Broker) restoreBroadcast() error {
 		from = min(from, g.restoreFrom())
 	}
 	from = max(from, floor)
+	// A group's message on the wire to a member is that member's: its
+	// window resends it under its packet id, so the group does not hand
+	// it out again (MQTT 5 §4.8.2: never to two members).
+	carried := make(map[string]map[uint64]bool)
+	for _, r := range rs {
+		for off, w := range r.window {
+			if w.Group != "" {
+				if carried[w.Group] == nil {
+					carried[w.Group] = make(map[uint64]bool)
+				}
+				carried[w.Group][off] = true
+			}
+		}
+	}
 	now := b.clock.Now()
 	for from < next {
 		recs, _, err := l.log.Read(from, bcastReadBatch)
@@ -123,7 +137,9 @@ func (b *Broker) restoreBroadcast() error {
 				}
 			}
 			for _, g := range groups {
-				g.restoreRecord(b, m)
+				if !carried[g.filter][rec.Offset] {
+					g.restoreRecord(b, m)
+				}
 			}
 		}
 		from = recs[len(recs)-1].Offset + 1

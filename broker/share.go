@@ -253,6 +253,41 @@ func (b *Broker) shareOut(m *broadcastMsg, filter string, group map[string]packe
 	b.fan.noMember.Add(1)
 }
 
+// noUnsent: no message a group handed is waiting unsent.
+const noUnsent = ^uint64(0)
+
+// oldestUnsentHanded is the lowest log offset among the messages group
+// (a $share/ filter) handed to a member and not yet acknowledged by it —
+// waiting in its outbox or on the wire (noUnsent: none).
+func (b *Broker) oldestUnsentHanded(group string) uint64 {
+	low := noUnsent
+	_, members := b.groupMembers(group, "")
+	for _, s := range members {
+		o := s.bcast.Load()
+		if o == nil {
+			continue
+		}
+		o.mu.Lock()
+		for _, e := range o.q[o.head:] {
+			if e.group == group && e.m.off != 0 && e.m.off < low {
+				low = e.m.off
+			}
+		}
+		// On the wire too: taken for writing a moment before the window
+		// holding it is stored, and unacknowledged after. A restart does
+		// not hand one the member's window carries to anyone else
+		// (restoreBroadcast), so holding the cursor here only costs log
+		// space until the acknowledgement.
+		for _, w := range o.onWire {
+			if w.group == group && w.m != nil && w.m.off != 0 && w.m.off < low {
+				low = w.m.off
+			}
+		}
+		o.mu.Unlock()
+	}
+	return low
+}
+
 // eligibleLocked reports whether a connected member may be handed m now
 // (configuration.md §4.3 "Delivery"; delivery-front §5): at QoS 1/2 its
 // Receive Maximum has room for one more beyond what it holds and what waits
@@ -548,10 +583,19 @@ func (sh *shares) flush(b *Broker) {
 	}
 	wm := b.fan.log.watermark()
 	for _, g := range sh.all() {
+		// A message handed to a member waits in its outbox until the
+		// member's sender stores it in its window and writes it: until
+		// then only the group's cursor keeps it across a crash, so the
+		// cursor stays at it, and the group is looked at again next time.
+		unsent := b.oldestUnsentHanded(g.filter)
 		g.mu.Lock()
 		dirty, ended, stored := g.dirty, g.ended, g.stored
-		rec := storedGroup{Format: shareFormat, Cursor: g.cursorLocked(wm), Returned: g.returnedLocked()}
-		g.dirty = false
+		cursor := g.cursorLocked(wm)
+		if unsent < cursor {
+			cursor = unsent
+		}
+		rec := storedGroup{Format: shareFormat, Cursor: cursor, Returned: g.returnedLocked()}
+		g.dirty = unsent != noUnsent
 		g.mu.Unlock()
 		if !dirty {
 			continue

@@ -106,3 +106,55 @@ func TestSharedGroupPassesOverAMemberWithoutReceiveMaximumRoom(t *testing.T) {
 	}
 	fast.Quiet(200 * time.Millisecond)
 }
+
+// MQTT 5 §4.8.2 and delivery-front §6, across a crash: a group's message
+// on the wire to a member that had not acknowledged it comes back to that
+// member (resent, DUP, from its window) and to no other — the group's
+// stored cursor stays at it until it is acknowledged, and a restart does
+// not put what a member's window carries back in the group's backlog.
+func TestInvariant15_SharedDeliveryOnTheWireReturnsToItsMemberOnlyAfterAKill(t *testing.T) {
+	proc := brokertest.StartProcess(t, configWith(t, sqliteProvider))
+	durable := func(id string, clean bool) (*brokertest.RawClient, packets.Packet) {
+		return brokertest.DialConnect(t, proc.Address(), packets.Packet{
+			Connect:    packets.ConnectParams{ClientIdentifier: id, Clean: clean, Keepalive: 60},
+			Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true},
+		})
+	}
+	a, _ := durable("a-holder", true)
+	if sa := a.Subscribe(1, "$share/g/job/#", 1); sa.ReasonCodes[0] != 1 {
+		t.Fatalf("a: SUBACK %v", sa.ReasonCodes)
+	}
+	bm, _ := durable("b-other", true)
+	if sa := bm.Subscribe(1, "$share/g/job/#", 1); sa.ReasonCodes[0] != 1 {
+		t.Fatalf("b: SUBACK %v", sa.ReasonCodes)
+	}
+	bm.Disconnect() // away: a is the only member connected
+	pub := brokertest.Connect(t, proc.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
+	if _, err := pub.Publish(&paho.Publish{Topic: "job/1", QoS: 1, Payload: []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	pk, err := a.ReadWithin(wait)
+	if err != nil || pk.FixedHeader.Type != packets.Publish || string(pk.Payload) != "one" {
+		t.Fatalf("a was not handed job/1: %v %v", pk.FixedHeader.Type, err)
+	}
+	time.Sleep(time.Second) // past ack_commit_interval: the cursor and a's window are stored
+	proc.Kill()
+	proc.Restart()
+
+	bm, ack := durable("b-other", false)
+	if !ack.SessionPresent {
+		t.Fatal("b's session did not come back")
+	}
+	if n := countPublishes(bm, 700*time.Millisecond); n != 0 {
+		t.Fatalf("the other member was handed %d message(s) the first one's window carries", n)
+	}
+	a, ack = durable("a-holder", false)
+	if !ack.SessionPresent {
+		t.Fatal("a's session did not come back")
+	}
+	pk, err = a.ReadWithin(wait)
+	if err != nil || pk.FixedHeader.Type != packets.Publish || string(pk.Payload) != "one" || !pk.FixedHeader.Dup {
+		t.Fatalf("a after the restart: type %v payload %q dup %v, %v; want job/1 resent with DUP",
+			pk.FixedHeader.Type, pk.Payload, pk.FixedHeader.Dup, err)
+	}
+}
