@@ -72,7 +72,7 @@ chaos-short: chaos-bin
 
 chaos: chaos-bin
 	./$(CHAOS_BIN) -binary $(BIN) -seed $(CHAOS_SEED) -duration $(DURATION) -provider sqlite,memory \
-	  -nemeses kill=2,powercut=2,term,stop,cut -waive "$(CHAOS_WAIVE)" -out $(CURDIR)/bin/chaos
+	  -nemeses kill=2,powercut=2,term,stop,cut -waive "$(CHAOS_WAIVE)" -out $(CURDIR)/bin/chaos-runs
 
 invariants:
 	@bash scripts/invariants.sh
