@@ -43,7 +43,13 @@ type qos2State struct {
 	// abandoned counts holds dropped unreleased: expired, session ended,
 	// dropped at start (saguin_qos2_abandoned_total).
 	abandoned atomic.Uint64
+	// refused lists clients with a drop the store refused, retried every
+	// second; bounded (invariant 13) — past it the expiry sweep, which
+	// reads such an exchange as due, retries the rest.
+	refused []string
 }
+
+const maxRefusedDropClients = 1024
 
 type qos2Exchange struct {
 	channel string
@@ -289,6 +295,9 @@ func (b *Broker) dropExchange(client string, pid uint16, ex qos2Exchange, why st
 		b.log.Error("dropping a held QoS 2 publish; retried", "client", client, "channel", ex.channel, "packet_id", pid, "error", err)
 		b.qos2.mu.Lock()
 		b.qos2.indexLocked(client, pid, qos2Exchange{channel: ex.channel})
+		if len(b.qos2.refused) < maxRefusedDropClients {
+			b.qos2.refused = append(b.qos2.refused, client)
+		}
 		b.qos2.mu.Unlock()
 		return
 	}
@@ -356,16 +365,56 @@ func (b *Broker) qos2SweepInterval() time.Duration {
 	return min(max(b.cfg.Broker.QoS2.ExpiresAfter/10, time.Second), time.Minute)
 }
 
+// qos2Loop ticks every second: a drop the store refused is retried each
+// tick (RFC 0003 §3: "retried every 1 s"), and the expiry sweep runs every
+// qos2SweepInterval.
 func (b *Broker) qos2Loop(ctx context.Context) {
-	t := b.clock.NewTicker(b.qos2SweepInterval())
+	t := b.clock.NewTicker(time.Second)
 	defer t.Stop()
-	for {
+	every := int(b.qos2SweepInterval() / time.Second)
+	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			b.expireHolds()
+			if tick%every == 0 {
+				b.expireHolds()
+			} else {
+				b.retryRefusedDrops()
+			}
 		}
+	}
+}
+
+// retryRefusedDrops drops again the holds whose drop the store refused
+// (kept in the index with no held-at moment, which expired() reads as due).
+func (b *Broker) retryRefusedDrops() {
+	type due struct {
+		client string
+		pid    uint16
+		ex     qos2Exchange
+	}
+	var out []due
+	q := &b.qos2
+	q.mu.Lock()
+	for _, client := range q.refused {
+		for pid, ex := range q.byClient[client] {
+			if ex.heldAt.IsZero() {
+				out = append(out, due{client, pid, ex})
+			}
+		}
+	}
+	q.refused = q.refused[:0]
+	taken := out[:0]
+	for _, d := range out {
+		// A client listed twice finds its exchange taken the first time.
+		if _, ok := q.takeLocked(d.client, d.pid); ok {
+			taken = append(taken, d)
+		}
+	}
+	q.mu.Unlock()
+	for _, d := range taken {
+		b.dropExchange(d.client, d.pid, d.ex, "drop retried")
 	}
 }
 

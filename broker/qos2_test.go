@@ -555,3 +555,32 @@ func TestQoS2ReleaseIntoQueueAndLatest(t *testing.T) {
 		})
 	}
 }
+
+// RFC 0003 §3: a hold the store refuses to drop (its session ended) stays
+// in the index and is dropped again every second until the store takes it,
+// then counted abandoned once; the exchange is gone for its client meanwhile
+// (a later PUBREL is 0x92, never completed).
+func TestQoS2RefusedDropIsRetriedEverySecond(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	b := brokertest.Start(t, qos2ConfigWith(t, sqliteProvider, ""), brokertest.WithClock(clk))
+	b.RefuseHoldDrops("main", 2)
+	pub, _ := q2Dial(t, b.Address(), "pub", false, 600)
+	pub.hold(1, "events/a", "dropped", 0x00)
+	pub, _ = q2Dial(t, b.Address(), "pub", true, 0) // Clean Start ends the session: its holds go
+	pub.release(1, 0x92)
+	if s := b.QoS2Stats(); s.Abandoned != 0 {
+		t.Fatalf("counted abandoned though the store refused the drop: %+v", s)
+	}
+	deadline := time.Now().Add(wait)
+	for b.QoS2Stats().Abandoned != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the refused drop was never retried: %+v", b.QoS2Stats())
+		}
+		clk.Advance(time.Second) // the retry ticks on the broker's clock, well before the 6 s sweep
+		time.Sleep(10 * time.Millisecond)
+	}
+	if elapsed := clk.Now().Sub(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)); elapsed >= 6*time.Second {
+		t.Fatalf("dropped only after %s: the expiry sweep did it, not the one-second retry", elapsed)
+	}
+	waitQoS2(t, b, broker.QoS2Stats{Held: 0, Abandoned: 1})
+}
