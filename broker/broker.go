@@ -95,6 +95,9 @@ type Broker struct {
 // New opens every provider and channel the configuration names and prepares
 // the MQTT server. Nothing listens until Start.
 func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
+	if err := unservedConfig(cfg); err != nil {
+		return nil, err
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}

@@ -40,8 +40,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if *checkPath != "" {
-		if _, err := config.Load(*checkPath); err != nil {
+		cfg, err := config.Load(*checkPath)
+		if err != nil {
 			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		// What the file may say but this build does not enforce fails the
+		// check too: a start would refuse it.
+		if err := broker.Unserved(cfg); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", *checkPath, err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "%s: configuration is valid\n", *checkPath)
