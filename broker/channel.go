@@ -19,6 +19,9 @@ type channel struct {
 	// values is set for latest channels: one current value per topic,
 	// deletions kept as tombstones (latest.go).
 	values storage.ValueStore
+	// deleteMu makes a latest delete's look-then-store one step (latest.go
+	// storeLatest): two deletes of one value store one tombstone.
+	deleteMu sync.Mutex
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced each time a record lands

@@ -54,6 +54,19 @@ const maxRefusedDropClients = 1024
 type qos2Exchange struct {
 	channel string
 	heldAt  time.Time // zero: a drop the store refused, retried by the sweep
+	// deletion: a zero-length publish to a latest channel, which deletes
+	// topic's value at release — and stores nothing if there is none.
+	deletion bool
+	topic    string // set for a deletion only
+}
+
+// asDeletion marks an exchange holding a zero-length publish to a latest
+// channel.
+func (ex qos2Exchange) asDeletion(ch *channel, topic string, payload []byte) qos2Exchange {
+	if ch != nil && ch.values != nil && len(payload) == 0 {
+		ex.deletion, ex.topic = true, topic
+	}
+	return ex
 }
 
 // QoS2Stats is what the broker counts of held QoS 2 publishes.
@@ -169,7 +182,7 @@ func (b *Broker) holdPublish(cl *mqtt.Client, pk packets.Packet, ch *channel) (p
 		return b.refuse(cl, pk, withReason(codeImplementation, fmt.Sprintf("channel %s could not hold the publish", ch.name)))
 	}
 	q.mu.Lock()
-	q.indexLocked(cl.ID, pk.PacketID, qos2Exchange{channel: ch.name, heldAt: now})
+	q.indexLocked(cl.ID, pk.PacketID, qos2Exchange{channel: ch.name, heldAt: now}.asDeletion(ch, pk.TopicName, pk.Payload))
 	q.mu.Unlock()
 	return pk, packets.CodeSuccessIgnore
 }
@@ -215,6 +228,19 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 	}
 	if hs == nil {
 		return b.pubcomp(cl, pk.PacketID, codePacketIDNotFound)
+	}
+	if ex.deletion {
+		// As at QoS 1 (storeLatest): a delete's look and store are one
+		// step among deletes, and deleting a topic that holds no value
+		// stores nothing — the hold is dropped and the exchange completes.
+		ch.deleteMu.Lock()
+		defer ch.deleteMu.Unlock()
+		cur, ok, err := ch.values.Get(ex.topic)
+		if err == nil && (!ok || isTombstone(&cur)) {
+			if _, err := hs.DropHold(ex.channel, cl.ID, pk.PacketID); err == nil {
+				return b.pubcomp(cl, pk.PacketID, packets.CodeSuccess)
+			}
+		}
 	}
 	rec, err := hs.Release(ex.channel, cl.ID, pk.PacketID)
 	switch {
@@ -294,7 +320,7 @@ func (b *Broker) dropExchange(client string, pid uint16, ex qos2Exchange, why st
 	if err != nil {
 		b.log.Error("dropping a held QoS 2 publish; retried", "client", client, "channel", ex.channel, "packet_id", pid, "error", err)
 		b.qos2.mu.Lock()
-		b.qos2.indexLocked(client, pid, qos2Exchange{channel: ex.channel})
+		b.qos2.indexLocked(client, pid, qos2Exchange{channel: ex.channel, deletion: ex.deletion, topic: ex.topic})
 		if len(b.qos2.refused) < maxRefusedDropClients {
 			b.qos2.refused = append(b.qos2.refused, client)
 		}
@@ -455,7 +481,7 @@ func (b *Broker) startQoS2() {
 			}
 			if why == "" {
 				b.qos2.mu.Lock()
-				b.qos2.indexLocked(h.ClientID, h.PacketID, qos2Exchange{channel: h.Channel, heldAt: h.HeldAt})
+				b.qos2.indexLocked(h.ClientID, h.PacketID, qos2Exchange{channel: h.Channel, heldAt: h.HeldAt}.asDeletion(ch, h.Record.Topic, h.Record.Payload))
 				b.qos2.mu.Unlock()
 				continue
 			}

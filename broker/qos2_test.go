@@ -584,3 +584,37 @@ func TestQoS2RefusedDropIsRetriedEverySecond(t *testing.T) {
 	}
 	waitQoS2(t, b, broker.QoS2Stats{Held: 0, Abandoned: 1})
 }
+
+// RFC 0003 §9 at QoS 2: a zero-length publish to a latest channel deletes
+// its topic's value when released, and deleting a topic that holds no value
+// stores nothing — no tombstone, no offset taken — exactly as at QoS 1.
+func TestQoS2DeletionOfAnUnsetLatestTopicStoresNothing(t *testing.T) {
+	extra := `  state:
+    type: latest
+    filter: "state/#"`
+	for _, pv := range qos2Providers {
+		t.Run(pv.name, func(t *testing.T) {
+			b := brokertest.Start(t, qos2ConfigWith(t, pv.provider, extra))
+			pub, _ := q2Dial(t, b.Address(), "pub", true, 0)
+			pub.hold(1, "state/never", "", 0x00)
+			pub.release(1, 0x00)
+			qos1(t, b.Address(), "state/set", "v", 0x00)
+			pub.hold(2, "state/set", "", 0x00) // a deletion of a value that exists
+			pub.release(2, 0x00)
+			w := brokertest.Connect(t, b.Address(), "watcher", brokertest.ClientOptions{CleanStart: true})
+			sa, err := w.SubscribeWith(&paho.Subscribe{
+				Subscriptions: []paho.SubscribeOptions{{Topic: "state/#", QoS: 1}},
+				Properties:    &paho.SubscribeProperties{User: paho.UserProperties{{Key: "saguin-deletions", Value: "true"}}},
+			})
+			if err != nil || sa.Reasons[0] != 1 {
+				t.Fatalf("subscribe with deletions: %v %v", err, sa)
+			}
+			p := w.Next(wait)
+			if p.Topic != "state/set" || len(p.Payload) != 0 || p.Properties.User.Get("saguin-offset") != "2" {
+				t.Fatalf("first of the state: %s %q offset %s; want state/set's tombstone at offset 2 (nothing stored for state/never)",
+					p.Topic, p.Payload, p.Properties.User.Get("saguin-offset"))
+			}
+			w.Quiet(300 * time.Millisecond)
+		})
+	}
+}
