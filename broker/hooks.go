@@ -453,6 +453,15 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 // connectionEnded: the connection is gone. Its pumps stop and its positions
 // are stored; a session that ends with its connection is ended.
 func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
+	// invariant 17: under the id's claim, so a CONNECT taking the session
+	// over runs wholly before this (and this finds it owned by another
+	// and changes nothing) or wholly after. Without it, an end that had
+	// already passed the owner check went on to stop the new connection's
+	// pumps and drop the packet ids they had just taken: the new
+	// connection's PUBACKs for those were ignored and its position stayed
+	// at the first of them, served again at the next takeover.
+	b.claims.acquire(cl.ID, cl)
+	defer b.claims.release(cl.ID, cl)
 	s := b.sessionOf(cl.ID)
 	if s == nil {
 		return
@@ -489,6 +498,11 @@ func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
 // disconnecting handles a DISCONNECT before the substrate closes the
 // connection: a changed Session Expiry is applied and positions are stored.
 func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
+	// invariant 17: under the id's claim, as connectionEnded: a takeover
+	// cannot start the new connection's pumps between the owner check
+	// below and stopPumps.
+	b.claims.acquire(cl.ID, cl)
+	defer b.claims.release(cl.ID, cl)
 	s := b.sessionOf(cl.ID)
 	if s == nil || s.owner() != cl {
 		return
