@@ -43,6 +43,13 @@ const sqliteProvider = `        type: sqlite
 const memoryProvider = `        type: memory
         snapshot_dir: "{{.Dir}}/snapshots"`
 
+// appendConfigWith is appendConfig on provider with more appended after
+// the events channel: its own keys (indented four spaces) or further
+// channels (indented two).
+func appendConfigWith(provider, more string) string {
+	return strings.Replace(appendConfig, "{{.Provider}}", provider, 1) + more
+}
+
 func configWith(t *testing.T, provider string) string {
 	t.Helper()
 	dir := t.TempDir()

@@ -12,34 +12,14 @@ import (
 )
 
 // threeTypesConfig has one channel of each type on a sqlite provider.
-const threeTypesConfig = `
-broker:
-  id: test
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: "127.0.0.1:0"
-  storage:
-    default: main
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      main:
-        type: sqlite
-        file_path: "{{.Dir}}/saguin.db"
-channels:
-  events:
-    type: append
-    filter: "events/#"
-  state:
+var threeTypesConfig = appendConfigWith(sqliteProvider, `  state:
     type: latest
     filter: "state/#"
   jobs:
     type: queue
     filter: "jobs/#"
     visibility_timeout: 30s
-`
+`)
 
 // pahoPython finds a python3 with the paho-mqtt client (Debian's
 // python3-paho-mqtt, which .ci/run installs): the one on PATH first, then

@@ -22,32 +22,15 @@ import (
 // channel), every channel and the sessions on the one provider given — so
 // what a restart keeps is exactly what that provider keeps (delivery-front
 // §3 "Restart brings back").
-const matrixConfig = `
-broker:
-  id: test
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: "127.0.0.1:0"
-  storage:
-    default: main
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      main:
-{{.Provider}}
-channels:
-  events:
-    type: append
-    filter: "events/#"
-  jobs:
+func matrixConfig(provider string) string {
+	return appendConfigWith(provider, `  jobs:
     type: queue
     filter: "jobs/#"
     visibility_timeout: 30s
     retry:
       max_attempts: 5
-`
+`)
+}
 
 // mxWait bounds every read of something the broker sends promptly — all of
 // the matrix's deliveries: no clock stands between the event and the packet
@@ -91,7 +74,7 @@ func startMatrixBroker(t *testing.T, provider string) *brokertest.Process {
 			t.Fatal(err)
 		}
 	}
-	return brokertest.StartProcess(t, brokertest.Config(t, dir, strings.Replace(matrixConfig, "{{.Provider}}", provider, 1)))
+	return brokertest.StartProcess(t, brokertest.Config(t, dir, matrixConfig(provider)))
 }
 
 // mxConn is one MQTT 5 connection driven packet by packet, with every

@@ -73,28 +73,7 @@ func TestWillRefusedAtConnectChangesNothingOfTheSession(t *testing.T) {
 }
 
 // willFullConfig is an append channel with room for one large record.
-const willFullConfig = `
-broker:
-  id: test
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: "127.0.0.1:0"
-  storage:
-    default: main
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      main:
-        type: sqlite
-        file_path: "{{.Dir}}/saguin.db"
-channels:
-  events:
-    type: append
-    filter: "events/#"
-    max_bytes: 2KiB
-`
+var willFullConfig = appendConfigWith(sqliteProvider, "    max_bytes: 2KiB\n")
 
 // A Will is published through the ordinary publish path when it fires, and
 // what refuses it then — here its channel filled since the CONNECT — is
@@ -127,33 +106,13 @@ func TestWillIntoAFullChannelIsLoggedAndNotStored(t *testing.T) {
 
 // willDLQConfig is written over the first configuration before a restart:
 // queue "work" now exists, so work/__dlq/... is its dead-letter channel.
-const willDLQConfig = willNoQueueConfig + `  work:
+var willDLQConfig = willNoQueueConfig + `  work:
     type: queue
     filter: "work/#"
     visibility_timeout: 30s
 `
 
-const willNoQueueConfig = `
-broker:
-  id: test
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: "127.0.0.1:0"
-  storage:
-    default: main
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      main:
-        type: sqlite
-        file_path: "{{.Dir}}/saguin.db"
-channels:
-  events:
-    type: append
-    filter: "events/#"
-`
+var willNoQueueConfig = appendConfigWith(sqliteProvider, "")
 
 // A Will is judged again against the rules as they stand when it fires. Its
 // topic was an ordinary broadcast topic at CONNECT; by the time its wait
