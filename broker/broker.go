@@ -144,17 +144,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	return b, nil
 }
 
-func logLevel(s string) slog.Level {
-	switch s {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
+func logLevel(s string) slog.Level { return logging.LevelOf(s) }
 
 // openChannels opens the providers channels use (a provider no channel
 // names stays closed: RFC 0002 §1.6) and each channel's store.

@@ -53,6 +53,21 @@ func New(w io.Writer, level slog.Leveler) *slog.Logger {
 	return slog.New(Bounded(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})))
 }
 
+// LevelOf is the level a broker.log_level value names (debug, info, warn,
+// error; the configuration loader refuses any other, and anything else is
+// info here).
+func LevelOf(name string) slog.Level {
+	switch name {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
 // Bounded wraps h so that every attribute and message reaching it is
 // bounded. Wrapping a handler that is already bounded returns it.
 func Bounded(h slog.Handler) slog.Handler {

@@ -301,3 +301,27 @@ func TestRefusalLogFlushAll(t *testing.T) {
 		t.Fatalf("%s", strings.Join(lines, "\n"))
 	}
 }
+
+func TestLevelOf(t *testing.T) {
+	for name, want := range map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo,
+		"warn": slog.LevelWarn, "error": slog.LevelError, "": slog.LevelInfo} {
+		if got := LevelOf(name); got != want {
+			t.Errorf("LevelOf(%q) = %s, want %s", name, got, want)
+		}
+	}
+}
+
+// New follows its Leveler as it changes (SIGUSR1 re-reads
+// broker.log_level into a LevelVar).
+func TestNewFollowsItsLevelVar(t *testing.T) {
+	var lv slog.LevelVar
+	lv.Set(slog.LevelWarn)
+	var buf buffer
+	log := New(&buf, &lv)
+	log.Info("hidden")
+	lv.Set(slog.LevelInfo)
+	log.Info("shown")
+	if lines := buf.lines(); len(lines) != 1 || !strings.Contains(lines[0], "msg=shown") {
+		t.Fatalf("%q", lines)
+	}
+}
