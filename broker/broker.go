@@ -23,6 +23,7 @@ import (
 
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/clock"
+	"saguin.dev/broker/internal/logging"
 	"saguin.dev/broker/internal/msgid"
 	"saguin.dev/broker/topic"
 	"saguin.dev/storage"
@@ -34,7 +35,10 @@ import (
 type Options struct {
 	// Clock is the broker's time; nil means the wall clock.
 	Clock clock.Clock
-	// Logger receives the broker's log; nil means text on stdout.
+	// Logger receives the broker's log; nil means logging.New on stdout at
+	// broker.log_level. Whatever handler it has, every value reaching it
+	// is bounded (logging.Bounded) and the substrate's lines are mapped
+	// (logging.Substrate).
 	Logger *slog.Logger
 	// Build is the build revision written into snapshot headers.
 	Build string
@@ -50,6 +54,9 @@ type Broker struct {
 	clock clock.Clock
 	log   *slog.Logger
 	build string
+	// refusals rate-limits the log lines of refusals given to clients and
+	// counts every one (refusals.go).
+	refusals *logging.RefusalLog
 
 	sqliteFaults *sqlite.Faults // Options.SQLiteFaults
 
@@ -102,7 +109,11 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		opts.Clock = clock.Real{}
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: logLevel(cfg.Broker.LogLevel)}))
+		opts.Logger = logging.New(os.Stdout, logLevel(cfg.Broker.LogLevel))
+	} else {
+		// A client's mistake is at most one bounded line whatever handler
+		// the caller chose (operations.md §3.2).
+		opts.Logger = slog.New(logging.Bounded(opts.Logger.Handler()))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
@@ -113,6 +124,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		engines:   make(map[string]*queueEngine),
 		ctx:       ctx, cancel: cancel, sqliteFaults: opts.SQLiteFaults,
 	}
+	b.refusals = logging.NewRefusalLog(b.log, b.clock.Now)
 	defer func() {
 		if err != nil {
 			b.closeProviders()
@@ -132,17 +144,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	return b, nil
 }
 
-func logLevel(s string) slog.Level {
-	switch s {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
+func logLevel(s string) slog.Level { return logging.LevelOf(s) }
 
 // openChannels opens the providers channels use (a provider no channel
 // names stays closed: RFC 0002 §1.6) and each channel's store.
@@ -213,12 +215,13 @@ func (b *Broker) provider(name string) (storage.Provider, error) {
 	switch pc.Type {
 	case "memory":
 		p, err = memory.Open(memory.Options{Name: name, SnapshotDir: pc.SnapshotDir, MaxBytes: pc.MaxBytes,
-			Reserve: reserve, Writer: b.build, Now: b.clock.Now})
+			Reserve: reserve, Writer: b.build, Now: b.clock.Now, Logger: b.log})
 	case "sqlite":
 		p, err = sqlite.Open(sqlite.Options{Name: name, FilePath: pc.FilePath, MaxBytes: pc.MaxBytes,
 			Reserve: reserve, FlushInterval: pc.FlushInterval, PublishCommitInterval: pc.PublishCommitInterval,
 			PublishCommitNone: pc.PublishCommitNone, PublishCommitMaxRecords: pc.PublishCommitMaxRecords,
-			ReadConnections: pc.ReadConnections, Now: b.clock.Now, Writer: b.build, Faults: b.sqliteFaults})
+			ReadConnections: pc.ReadConnections, Now: b.clock.Now, Writer: b.build, Faults: b.sqliteFaults,
+			Logger: b.log})
 	default:
 		err = fmt.Errorf("unknown type %q", pc.Type)
 	}
@@ -262,9 +265,11 @@ func (b *Broker) newServer() *mqtt.Server {
 	} else {
 		caps.MinimumProtocolVersion = 4 // MQTT 3.1 is never admitted
 	}
+	// The substrate logs through an adapter: its internals at debug, its
+	// refusals rate-limited, never a packet dumped (logging.Substrate).
 	s := mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
-		Logger:                   b.log,
+		Logger:                   logging.Substrate(b.log, b.refusals),
 		ClientNetWriteBufferSize: 4096,
 		ClientNetReadBufferSize:  4096,
 		SysTopicResendInterval:   3600,
@@ -316,6 +321,7 @@ func (b *Broker) Start() error {
 	b.background(b.flushLoop)
 	b.background(b.sweepLoop)
 	b.background(b.willLoop)
+	b.background(b.refusalLoop)
 	for _, q := range b.engines {
 		b.background(q.run)
 	}
@@ -380,6 +386,7 @@ func (b *Broker) Close() error {
 			s.stopPumps(nil)
 		}
 		b.wg.Wait()
+		b.refusals.Flush(true) // what the rate limit held back is still told
 		b.flushPositions(true)
 		err = b.closeProviders()
 	})

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -50,7 +51,8 @@ func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	if reason, bad := h.b.clientIDRefusal(pk); bad {
 		// configuration.md §3: 0x85 (3.1.1: 0x02, which the substrate maps).
-		h.b.log.Warn("CONNECT refused: client identifier", "client", cl.ID, "reason", reason)
+		h.b.refused(slog.LevelWarn, cl, refuseConnect, packets.ErrClientIdentifierNotValid.Code,
+			"CONNECT refused: client identifier", "reason", reason)
 		code := withReason(packets.ErrClientIdentifierNotValid, reason)
 		if cl.Properties.ProtocolVersion < 5 {
 			code = packets.ErrClientIdentifierNotValid // mapped to 0x02 by its code alone

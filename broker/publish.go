@@ -148,7 +148,7 @@ func storeRefusal(channel string, err error) packets.Code {
 // reason codes, is disconnected (RFC 0002 §3.3, "3.1.1: closed") rather than
 // acknowledged — never acknowledged and then dropped.
 func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
-	b.log.Debug("publish refused", "client", cl.ID, "topic", pk.TopicName, "code", code.Code, "reason", code.Reason)
+	b.logPublishRefusal(cl, pk, code)
 	if pk.FixedHeader.Qos == 0 {
 		return pk, packets.ErrRejectPacket
 	}

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -289,20 +290,20 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 	switch {
 	case !ok:
 		q.mu.Unlock()
-		q.b.log.Info("queue answer ignored: unknown or superseded delivery", "queue", q.ch.name, "client", s.id)
+		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: unknown or superseded delivery", "queue", q.ch.name)
 		return
 	case q.out[d.offset] != d:
 		q.mu.Unlock()
-		q.b.log.Info("queue answer ignored: not the job's current delivery", "queue", q.ch.name, "client", s.id)
+		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: not the job's current delivery", "queue", q.ch.name)
 		return
 	case d.worker.sess != s || d.worker.cl != cl:
 		q.mu.Unlock()
-		q.b.log.Info("queue answer ignored: another session holds the job", "queue", q.ch.name, "client", s.id,
-			"holder", d.worker.sess.id)
+		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: another session holds the job",
+			"queue", q.ch.name, "holder", d.worker.sess.id)
 		return
 	case !isVerdict(payload):
 		q.mu.Unlock()
-		q.b.log.Info("queue answer ignored: payload is neither ack nor return", "queue", q.ch.name, "client", s.id)
+		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: payload is neither ack nor return", "queue", q.ch.name)
 		return
 	}
 	// Consuming the Delivery ID advances the epoch: a retry of this very

@@ -154,13 +154,14 @@ func (b *Broker) overPublishBudget(cl *mqtt.Client, pk packets.Packet) (packets.
 		return pk, false, nil
 	}
 	b.gate.refusedRate.Add(1)
-	code := withReason(codeQuotaExceeded, "publish rate exceeded: "+which)
+	code := withReason(codeQuotaExceeded, publishRateReason+": "+which)
 	if pk.FixedHeader.Qos == 1 && cl.Properties.ProtocolVersion >= 5 {
 		// The PUBACK is written here rather than by the substrate, which
-		// logs every refusal code a hook returns at error level with the
-		// whole packet: a client flooding past its rate would flood the
-		// log. Rate refusals are logged at debug (RFC 0002 §1.5).
-		b.log.Debug("publish refused", "client", cl.ID, "topic", pk.TopicName, "code", code.Code, "reason", code.Reason)
+		// logged every refusal code a hook returns at error level with the
+		// whole packet (logging.Substrate now drops that line). Rate
+		// refusals are logged at debug (RFC 0002 §1.5), rate-limited per
+		// client like every refusal (logPublishRefusal).
+		b.logPublishRefusal(cl, pk, code)
 		_ = cl.WritePacket(packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Puback},
 			PacketID:    pk.PacketID,

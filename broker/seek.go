@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -303,11 +304,11 @@ func (b *Broker) queueAnswer(cl *mqtt.Client, pk packets.Packet, name string) (p
 	}
 	s := b.sessionOf(cl.ID)
 	if s == nil || s.owner() != cl {
-		b.log.Info("queue answer ignored: connection does not own its session", "queue", name, "client", cl.ID)
+		b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: connection does not own its session", "queue", name)
 		return pk, packets.CodeSuccessIgnore
 	}
 	if len(pk.Properties.CorrelationData) == 0 {
-		b.log.Info("queue answer ignored: no Correlation Data", "queue", name, "client", cl.ID)
+		b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: no Correlation Data", "queue", name)
 		return pk, packets.CodeSuccessIgnore
 	}
 	q.answer(s, cl, pk.Properties.CorrelationData, string(pk.Payload))

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"saguin.dev/broker/partition"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/internal/logging"
 	"saguin.dev/broker/topic"
 	"saguin.dev/storage"
 )
@@ -74,7 +77,8 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		}
 		if strings.HasPrefix(u.Key, reservedPrefix) {
 			packetCode = subackImplementation
-			b.log.Warn("SUBSCRIBE refused: unread saguin- property", "client", cl.ID, "property", u.Key)
+			b.refused(slog.LevelWarn, cl, refuseSubscribe, subackImplementation,
+				"SUBSCRIBE refused: unread saguin- property", "property", u.Key)
 		}
 	}
 
@@ -85,7 +89,8 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		if errors.As(declRefused, &pe) {
 			reason = pe.Reason()
 		}
-		b.log.Warn("SUBSCRIBE refused: saguin-filter", "client", cl.ID, "error", declRefused)
+		b.refused(slog.LevelWarn, cl, refuseSubscribe, subackImplementation,
+			"SUBSCRIBE refused: saguin-filter", "reason", declRefused)
 	}
 
 	s := b.sessionOf(cl.ID)
@@ -204,7 +209,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		latestFresh, latestHeld = b.addLatestSubscriptions(s, cl, latestSubs, deletions)
 	}
 
-	b.log.Debug("subscribe", "client", cl.ID, "filters", len(pk.Filters), "codes", codes, "consumers", len(started))
+	b.log.Debug("subscribe", "client", cl.ID, "filters", len(pk.Filters), "codes", fmt.Sprint(codes), "consumers", len(started))
 	ack := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Suback},
 		PacketID:    pk.PacketID,
@@ -262,8 +267,9 @@ func (b *Broker) withinSubscriptionLimit(cl *mqtt.Client, pk packets.Packet, gra
 		kept = append(kept, f)
 	}
 	if refused > 0 {
-		b.log.Warn("SUBSCRIBE past limits.max_subscriptions: filters refused", "client", cl.ID,
-			"refused", refused, "limit", max)
+		b.refusals.Refused(logging.Refusal{Level: slog.LevelWarn, Client: cl.ID, Kind: refuseSubscribe,
+			Code: subackQuotaExceeded, Count: uint64(refused),
+			Msg: "SUBSCRIBE past limits.max_subscriptions: filters refused", Args: []any{"refused", refused, "limit", max}})
 	}
 	return kept
 }

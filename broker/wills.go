@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -117,8 +118,8 @@ func (b *Broker) willAllowed(cl *mqtt.Client, topic string) bool {
 // 0x90: it is told "not authorized" (0x05), the one return code that stops
 // a client library retrying, and the log names the reason.
 func (b *Broker) refuseWill(cl *mqtt.Client, code packets.Code) error {
-	b.log.Warn("CONNECT refused for its Will", "client", cl.ID,
-		"topic", cl.Properties.Will.TopicName, "code", code.Code, "reason", code.Reason)
+	b.refused(slog.LevelWarn, cl, refuseConnect, code.Code, "CONNECT refused for its Will",
+		"topic", cl.Properties.Will.TopicName, "reason", code.Reason)
 	if cl.Properties.ProtocolVersion < 5 {
 		_ = b.mqtt.SendConnack(cl, packets.Err3NotAuthorized, false, nil)
 		return packets.Err3NotAuthorized

@@ -1,0 +1,77 @@
+package broker
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/internal/logging"
+)
+
+// The kinds of refusal the broker counts and rate-limits in its log. Each
+// client's refusals of one kind write a line at most every
+// logging.RefusalInterval; the rest are counted and summarized.
+const (
+	refusePublish     = "publish"      // a PUBLISH refused (PUBACK/PUBREC code, QoS 0 drop, 3.1.1 close)
+	refusePublishRate = "publish rate" // refused for limits.publish_rate/publish_bytes: at debug
+	refuseSubscribe   = "subscribe"    // SUBSCRIBE filters refused
+	refuseConnect     = "connect"      // a CONNECT refused
+	// ignoredQueueAnswer: an ack or return that changed nothing (invariant
+	// 3: logged rather than answered) — not a refusal, but a worker
+	// repeating one would otherwise write a line per answer.
+	ignoredQueueAnswer = "queue answer ignored"
+	refusePacket       = logging.KindPacket // a packet the substrate refused, ending the connection
+)
+
+// publishRateReason begins the reason of a publish-rate refusal, which
+// configuration.md §3.3 logs at debug.
+const publishRateReason = "publish rate exceeded"
+
+// refused counts one refusal given to cl and logs it, rate-limited per
+// client and kind (operations.md §3.2: refusals at warn).
+func (b *Broker) refused(level slog.Level, cl *mqtt.Client, kind string, code byte, msg string, args ...any) {
+	b.refusals.Refused(logging.Refusal{Level: level, Client: cl.ID, Kind: kind, Code: code, Msg: msg, Args: args})
+}
+
+// logPublishRefusal is the one line a refused PUBLISH writes (rate-limited
+// per client): warn, or debug for a publish-rate refusal. It replaces the
+// substrate's own line, an ERROR carrying the whole packet, which the
+// substrate adapter drops (logging.Substrate). The payload is never
+// logged, only its size; the topic and reason are bounded like every
+// client-supplied value.
+func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code packets.Code) {
+	level, kind := slog.LevelWarn, refusePublish
+	if strings.HasPrefix(code.Reason, publishRateReason) {
+		level, kind = slog.LevelDebug, refusePublishRate
+	}
+	b.refused(level, cl, kind, code.Code, "publish refused", "topic", pk.TopicName,
+		"qos", pk.FixedHeader.Qos, "payload_bytes", len(pk.Payload), "reason", code.Reason)
+}
+
+// refusalLoop writes, every logging.RefusalInterval, how many refusals the
+// rate limit held back.
+func (b *Broker) refusalLoop(ctx context.Context) {
+	t := b.clock.NewTicker(logging.RefusalInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			b.refusals.Flush(false)
+		}
+	}
+}
+
+// RefusalCount is how many refusals of one kind ("publish", "publish
+// rate", "subscribe", "connect", "packet", "queue answer ignored") and
+// reason code the broker gave since it started: what the refusal metrics
+// (saguin_publish_refused_total, saguin_subscriptions_refused_total, …)
+// will read. Every refusal is counted, logged or not.
+type RefusalCount = logging.RefusalCount
+
+// RefusalCounts is every refusal count, sorted by kind and code.
+func (b *Broker) RefusalCounts() []RefusalCount { return b.refusals.Counts() }
