@@ -66,13 +66,17 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 			fmt.Sprintf("user properties hold %d bytes; limits.max_header_bytes is %d", hb, lim.MaxHeaderBytes)))
 	}
 
+	// Topics are case-sensitive (MQTT 5 §4.7.3): only these exact
+	// spellings are the reserved forms; $sys/x, $SHARE/x and $SAGUIN/x are
+	// ordinary topics (configuration.md §2.3).
 	switch {
-	case strings.HasPrefix(t, "$saguin/"):
-		return b.publishReserved(cl, pk)
 	case strings.HasPrefix(t, "$share/"):
 		return b.refuse(cl, pk, withReason(codeTopicInvalid, "$share/ is a subscription form, not a topic"))
 	case t == "$SYS" || strings.HasPrefix(t, "$SYS/"):
 		return b.refuse(cl, pk, withReason(codeNotAuthorized, "$SYS is the broker's"))
+	}
+	if strings.HasPrefix(t, "$saguin/") {
+		return b.publishReserved(cl, pk)
 	}
 
 	name, ok := b.resolver.Resolve(t)
