@@ -293,27 +293,37 @@ func publishTopicForms() []topicForm {
 // closed — with nothing written — when refused. A refused QoS 2 exchange is
 // over at its PUBREC: no state is left for a PUBREL (PUBCOMP 0x92). QoS 0
 // is never answered, and a refused QoS 0 is dropped with the connection
-// kept, on both versions. After the answer nothing more comes.
+// kept, on both versions. After the answer nothing more comes. A refusal
+// carries a Reason String exactly when the client allowed one (Request
+// Problem Information, MQTT-3.1.2-29; configuration.md §3.3).
 func TestEveryPublishGetsOneAnswerWhateverItsTopic(t *testing.T) {
 	b := answersBroker(t)
 	n := 0
-	for _, version := range []byte{5, 4} {
+	for _, client := range []struct {
+		name        string
+		version     byte
+		problemInfo bool
+	}{{"v5", 5, true}, {"v5-no-problem-info", 5, false}, {"v311", 4, false}} {
 		for _, qos := range []byte{0, 1, 2} {
 			for _, f := range publishTopicForms() {
 				n++
-				what := fmt.Sprintf("MQTT %s QoS %d %s (%q)", map[byte]string{4: "3.1.1", 5: "5"}[version], qos, f.name, f.topic)
+				what := fmt.Sprintf("%s QoS %d %s (%q)", client.name, qos, f.name, f.topic)
 				id := fmt.Sprintf("sweep-%d", n)
-				t.Run(fmt.Sprintf("v%d/qos%d/%s", version, qos, f.name), func(t *testing.T) {
-					oneAnswer(t, b.Address(), id, version, qos, f, what)
+				t.Run(fmt.Sprintf("%s/qos%d/%s", client.name, qos, f.name), func(t *testing.T) {
+					oneAnswer(t, b.Address(), id, client.version, client.problemInfo, qos, f, what)
 				})
 			}
 		}
 	}
 }
 
-func oneAnswer(t *testing.T, addr, id string, version, qos byte, f topicForm, what string) {
+func oneAnswer(t *testing.T, addr, id string, version byte, problemInfo bool, qos byte, f topicForm, what string) {
 	t.Helper()
-	c, ack, err := dialAt(t, addr, wireConnect{version: version, id: id, durable: f.durable})
+	o := wireConnect{version: version, id: id, durable: f.durable}
+	if version == 5 && !problemInfo {
+		o.props = packets.Properties{RequestProblemInfo: 0, RequestProblemInfoFlag: true}
+	}
+	c, ack, err := dialAt(t, addr, o)
 	if err != nil || ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
 		t.Fatalf("%s: CONNACK: %+v %v", what, ack, err)
 	}
@@ -375,8 +385,9 @@ func oneAnswer(t *testing.T, addr, id string, version, qos byte, f topicForm, wh
 		t.Fatalf("%s: got type %d id %d reason 0x%02x (%s), want type %d id %d reason 0x%02x", what,
 			got.FixedHeader.Type, got.PacketID, got.ReasonCode, got.Properties.ReasonString, wantType, pid, wantCode)
 	}
-	if version == 5 && wantCode >= 0x80 && got.Properties.ReasonString == "" {
-		t.Fatalf("%s: refused 0x%02x without a Reason String, though the client allowed one", what, wantCode)
+	if version == 5 && wantCode >= 0x80 && (got.Properties.ReasonString != "") != problemInfo {
+		t.Fatalf("%s: refused 0x%02x with Reason String %q; the client allowed one: %v", what, wantCode,
+			got.Properties.ReasonString, problemInfo)
 	}
 	if qos == 2 {
 		// Accepted: PUBREL completes it. Refused: the exchange ended at
