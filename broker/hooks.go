@@ -120,6 +120,9 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool     { 
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
+		if h.b.answerRepeat(cl, pk) {
+			return noopPacket, nil // a QoS 2 PUBLISH sent again (substrate_topics.go)
+		}
 		// Past the substrate's silent drop of $SYS-like and short $share
 		// topics, so publish answers them (substrate_topics.go).
 		return markForSubstrate(pk), nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/brokertest"
@@ -404,4 +405,80 @@ func oneAnswer(t *testing.T, addr, id string, version byte, problemInfo bool, qo
 		}
 	}
 	c.quietThenPong(what)
+}
+
+// A QoS 2 PUBLISH sent again while its exchange waits for PUBREL is
+// answered PUBREC 0x00 again and held once (MQTT-4.3.3-10): not 0x91
+// (Packet Identifier in use), which the substrate answered and which tells
+// the publisher its message failed although it is held and is delivered at
+// the PUBREL. On the same connection, and — the case a client library
+// meets, resending with DUP after a reconnect — on a resumed session, for
+// a channel, a broadcast topic and an ordinary '$' topic. The message
+// arrives once.
+func TestResentQoS2PublishIsAnsweredAgainAndHeldOnce(t *testing.T) {
+	b := answersBroker(t)
+	addr := b.Address()
+	sub := connectClean(t, addr, "resent-sub")
+	for _, f := range []string{"events/#", "plain/#", "$sys/#"} {
+		sub.Subscribe(f, 2)
+	}
+	for _, tp := range []string{"events/r", "plain/r", "$sys/r"} {
+		for _, reconnect := range []bool{false, true} {
+			id := fmt.Sprintf("resent-%s-%v", strings.ReplaceAll(tp, "/", "_"), reconnect)
+			c, ack, err := dialAt(t, addr, wireConnect{version: 5, id: id, durable: true})
+			if err != nil || ack.ReasonCode != 0 {
+				t.Fatalf("CONNACK %+v %v", ack, err)
+			}
+			payload := fmt.Sprintf("%s reconnect=%v", tp, reconnect)
+			pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2}, PacketID: 9,
+				TopicName: tp, Payload: []byte(payload)}
+			c.send(pk)
+			if got, err := c.next(answerWithin); err != nil || got.FixedHeader.Type != packets.Pubrec || got.ReasonCode != 0 {
+				t.Fatalf("%s: first PUBREC: type %d reason %#x (%v)", payload, got.FixedHeader.Type, got.ReasonCode, err)
+			}
+			if reconnect {
+				_ = c.conn.Close()
+				c, ack, err = dialAt(t, addr, wireConnect{version: 5, id: id, durable: true})
+				if err != nil || ack.ReasonCode != 0 || !ack.SessionPresent {
+					t.Fatalf("%s: resuming: %+v %v", payload, ack, err)
+				}
+			}
+			pk.FixedHeader.Dup = true
+			c.send(pk)
+			c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+			// Every PUBREC that comes before the PINGRESP is 0x00, and
+			// the re-sent PUBLISH got one. (The substrate also sends a
+			// resumed session, right after its CONNACK, the PUBREC it
+			// was owed again; 0x00 too.)
+			recs := 0
+			for {
+				got, err := c.next(answerWithin)
+				if err != nil {
+					t.Fatalf("%s: waiting for the answers: %v", payload, err)
+				}
+				if got.FixedHeader.Type == packets.Pingresp {
+					break
+				}
+				if got.FixedHeader.Type != packets.Pubrec || got.PacketID != 9 || got.ReasonCode != 0 {
+					t.Fatalf("%s: the re-sent PUBLISH was answered type %d id %d reason %#x (%s), want PUBREC 0x00",
+						payload, got.FixedHeader.Type, got.PacketID, got.ReasonCode, got.Properties.ReasonString)
+				}
+				recs++
+			}
+			if want := 1; recs < want || (!reconnect && recs != want) || recs > 2 {
+				t.Fatalf("%s: %d PUBRECs for the re-sent PUBLISH", payload, recs)
+			}
+			c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 9})
+			if got, err := c.next(answerWithin); err != nil || got.FixedHeader.Type != packets.Pubcomp || got.ReasonCode != 0 {
+				t.Fatalf("%s: PUBCOMP: type %d reason %#x (%v)", payload, got.FixedHeader.Type, got.ReasonCode, err)
+			}
+			c.quietThenPong(payload + ": after PUBCOMP")
+			nextTopic(t, "the subscriber", sub.Next(wait), tp, payload)
+		}
+	}
+	// Held once: the next message is this, not a second copy of any above.
+	if r, err := sub.Publish(&paho.Publish{Topic: "plain/last", QoS: 1, Payload: []byte("last")}); err != nil || r.ReasonCode != 0 {
+		t.Fatalf("PUBLISH plain/last: %+v %v", r, err)
+	}
+	nextTopic(t, "the subscriber", sub.Next(wait), "plain/last", "last")
 }

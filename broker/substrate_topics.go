@@ -44,3 +44,29 @@ func markForSubstrate(pk packets.Packet) packets.Packet {
 func unmarked(topic string) string {
 	return strings.TrimPrefix(topic, substrateMark)
 }
+
+// answerRepeat answers a QoS 2 PUBLISH sent again while its exchange waits
+// for PUBREL (the substrate keeps the exchange's PUBREC in flight): PUBREC
+// 0x00 once more, and nothing held or delivered twice (MQTT-4.3.3-10). The
+// substrate answers it PUBREC 0x91 (Packet Identifier in use), which tells
+// a client resending after a reconnect that its message failed, though it is
+// held and delivered at the PUBREL. It reports whether it answered; the
+// packet then goes on to the substrate as noopPacket (qos2.go). A packet
+// the substrate's validation refuses is left to it.
+func (b *Broker) answerRepeat(cl *mqtt.Client, pk packets.Packet) bool {
+	if pk.FixedHeader.Qos != 2 || pk.PublishValidate(topicAliasMaximum) != packets.CodeSuccess {
+		return false
+	}
+	if held, ok := cl.State.Inflight.Get(pk.PacketID); !ok || held.FixedHeader.Type != packets.Pubrec {
+		return false
+	}
+	if p := pk.Properties; p.TopicAliasFlag && p.TopicAlias > 0 && pk.TopicName != "" {
+		// The alias it sets is set, as the substrate would have: a client
+		// resending on a new connection sets its aliases afresh.
+		cl.State.TopicAliases.Inbound.Set(p.TopicAlias, markForSubstrate(pk).TopicName)
+	}
+	b.log.Debug("QoS 2 PUBLISH sent again before its PUBREL: PUBREC again, held once", "client", cl.ID, "packet_id", pk.PacketID)
+	// Only an accepted exchange has its PUBREC in flight: the answer is 0x00.
+	_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID})
+	return true
+}
