@@ -30,6 +30,13 @@ func TestPayloadFormatIndicatorUTF8IsChecked(t *testing.T) {
 	for _, f := range []string{"events/#", "state/#", "plain/#"} {
 		sub.Subscribe(f, 2)
 	}
+	// A SUBSCRIBE's retained pass runs after its SUBACK is written: a
+	// retained publish landing in between would reach sub twice, live and
+	// from the store. sub's own PUBLISH is read after that pass is done.
+	if r, err := sub.Publish(&paho.Publish{Topic: "plain/ready", QoS: 1, Payload: []byte("ready")}); err != nil || r.ReasonCode != 0 {
+		t.Fatalf("PUBLISH plain/ready: %+v %v", r, err)
+	}
+	nextTopic(t, "the subscriber", sub.Next(wait), "plain/ready", "ready")
 	w := connectClean(t, addr, "pfi-worker")
 	if sa := w.Subscribe("$saguin/queue/jobs", 1); sa.Reasons[0] != 1 {
 		t.Fatalf("queue subscription granted %#x", sa.Reasons[0])
