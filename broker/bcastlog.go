@@ -187,7 +187,7 @@ func (b *Broker) BroadcastReserve() func() {
 // subscriptions match it now, exactly as a fresh publish, without writing
 // it again. Callers bracket the release with BroadcastReserve.
 func (b *Broker) deliverLogged(rec storage.Record) {
-	subs := b.mqtt.Topics.Subscribers(rec.Topic)
+	subs := b.subscribers(rec.Topic)
 	if len(subs.Subscriptions) == 0 && len(subs.Shared) == 0 {
 		return
 	}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,11 +224,31 @@ func (b *Broker) BroadcastStats() BroadcastStats {
 // is served (QoS, Subscription Identifiers, No Local, Retain As Published) is
 // decided by that session's sender from its subscriptions as it writes.
 func (b *Broker) fanOut(origin string, pk packets.Packet) {
-	subs := b.mqtt.Topics.Subscribers(pk.TopicName)
+	subs := b.subscribers(pk.TopicName)
 	if len(subs.Subscriptions) == 0 && len(subs.Shared) == 0 {
 		return
 	}
 	b.fanOutMsg(newBroadcastMsg(origin, pk, b.clock.Now()), subs, true)
+}
+
+// subscribers is who subscribes to topic, from the substrate's index, less
+// the shared groups MQTT keeps away from it: a filter beginning with a
+// wildcard never matches a topic beginning with '$' (MQTT-4.7.2-1). The
+// substrate applies that to sessions' own subscriptions but not to a
+// $share/<group>/# or $share/<group>/+/..., which got $sys/x, $SHARE/x and
+// every other ordinary '$' topic.
+func (b *Broker) subscribers(topic string) *mqtt.Subscribers {
+	subs := b.mqtt.Topics.Subscribers(topic)
+	if !strings.HasPrefix(topic, "$") {
+		return subs
+	}
+	for filter := range subs.Shared {
+		if _, inner, ok := strings.Cut(strings.TrimPrefix(filter, "$share/"), "/"); ok &&
+			(strings.HasPrefix(inner, "#") || strings.HasPrefix(inner, "+")) {
+			delete(subs.Shared, filter)
+		}
+	}
+	return subs
 }
 
 // fanOutMsg offers m to the sessions and shared groups subs names. With

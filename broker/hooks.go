@@ -112,6 +112,8 @@ func (b *Broker) clientIDRefusal(pk packets.Packet) (string, bool) {
 
 // Authentication and the ACL file land in a later step; until then every
 // client is admitted, as RFC 0002 §1.3 says for a broker with no password file.
+// The topic of a PUBLISH may reach OnACLCheck marked (substrate_topics.go):
+// a check written here judges unmarked(topic).
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool { return true }
 func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool     { return true }
 
@@ -119,6 +121,13 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool     { 
 // sees them.
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	switch pk.FixedHeader.Type {
+	case packets.Publish:
+		if h.b.answerRepeat(cl, pk) {
+			return noopPacket, nil // a QoS 2 PUBLISH sent again (substrate_topics.go)
+		}
+		// Past the substrate's silent drop of $SYS-like and short $share
+		// topics, so publish answers them (substrate_topics.go).
+		return markForSubstrate(pk), nil
 	case packets.Subscribe:
 		// invariant 17: only the owner changes the session, and a takeover
 		// waits for a SUBSCRIBE in progress (ownership.go).
@@ -180,6 +189,11 @@ func (h *hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 }
 
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	// Before anything reads the topic (substrate_topics.go). The substrate
+	// goes on with its own copy, still marked, only to acknowledge it: every
+	// answer below marks it ignored or refused, so it fans out and retains
+	// nothing of it.
+	pk.TopicName = unmarked(pk.TopicName)
 	out, err := h.b.publish(cl, pk)
 	if err != nil {
 		return out, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -23,7 +24,18 @@ var (
 	codeQuotaExceeded  = packets.Code{Code: 0x97, Reason: "quota exceeded"}
 	codeImplementation = packets.Code{Code: 0x83, Reason: "implementation specific error"}
 	codeNotAuthorized  = packets.Code{Code: 0x87, Reason: "not authorized"}
+	// codePayloadFormatInvalid is MQTT 5's 0x99 (Payload format invalid).
+	codePayloadFormatInvalid = packets.Code{Code: 0x99, Reason: "payload format invalid"}
 )
+
+// payloadFormatValid reports whether a payload is what its Payload Format
+// Indicator says: with the indicator 1, well-formed UTF-8 as RFC 3629
+// defines it (MQTT 5 §3.3.2.3.2; §3.1.3.2.3 for a Will) — U+0000 is allowed
+// there, unlike in an MQTT string. 3.1.1 carries no indicator. The payload
+// is bounded by limits.max_message_size before it is read (invariant 13).
+func payloadFormatValid(p packets.Properties, payload []byte) bool {
+	return !p.PayloadFormatFlag || p.PayloadFormat != 1 || utf8.Valid(payload)
+}
 
 func withReason(c packets.Code, reason string) packets.Code {
 	return packets.Code{Code: c.Code, Reason: reason}
@@ -66,13 +78,23 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 			fmt.Sprintf("user properties hold %d bytes; limits.max_header_bytes is %d", hb, lim.MaxHeaderBytes)))
 	}
 
+	// Topics are case-sensitive (MQTT 5 §4.7.3): only these exact
+	// spellings are the reserved forms; $sys/x, $SHARE/x and $SAGUIN/x are
+	// ordinary topics (configuration.md §2.3).
 	switch {
-	case strings.HasPrefix(t, "$saguin/"):
-		return b.publishReserved(cl, pk)
 	case strings.HasPrefix(t, "$share/"):
 		return b.refuse(cl, pk, withReason(codeTopicInvalid, "$share/ is a subscription form, not a topic"))
 	case t == "$SYS" || strings.HasPrefix(t, "$SYS/"):
 		return b.refuse(cl, pk, withReason(codeNotAuthorized, "$SYS is the broker's"))
+	}
+	if !payloadFormatValid(pk.Properties, pk.Payload) {
+		// MQTT 5 §3.3.2.3.2 lets the receiver check; configuration.md §3.3
+		// says it does. Refused before anything is stored or delivered.
+		return b.refuse(cl, pk, withReason(codePayloadFormatInvalid,
+			"the Payload Format Indicator says UTF-8, but the payload is not well-formed UTF-8"))
+	}
+	if strings.HasPrefix(t, "$saguin/") {
+		return b.publishReserved(cl, pk)
 	}
 
 	name, ok := b.resolver.Resolve(t)

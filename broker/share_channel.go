@@ -22,7 +22,7 @@ import (
 // the record is stored and before the PUBACK; it waits for nothing a
 // subscriber does (invariant 16).
 func (b *Broker) shareChannelRecord(rec storage.Record) {
-	subs := b.mqtt.Topics.Subscribers(rec.Topic)
+	subs := b.subscribers(rec.Topic)
 	if len(subs.Shared) == 0 {
 		return
 	}

@@ -314,7 +314,9 @@ func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) byte {
 	if strings.Count(inner, "/")+1 > lim.MaxTopicLevels {
 		return subackFilterInvalid
 	}
-	if strings.HasPrefix(inner, "$SYS") {
+	if inner == "$SYS" || strings.HasPrefix(inner, "$SYS/") {
+		// $SYS exactly: topics are case-sensitive (MQTT 5 §4.7.3), and
+		// $SYSTEM/x or $sys/x are ordinary, as they are to publish.
 		return subackNotAuthorized
 	}
 	if strings.HasPrefix(inner, "$saguin/") {

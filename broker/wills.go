@@ -66,7 +66,8 @@ func willOf(pk packets.Packet) *will {
 }
 
 // willRefusal decides, at CONNECT, a Will that could never be delivered
-// (RFC 0003 "What is refused, and when"): refused with 0x90, because each
+// (RFC 0003 "What is refused, and when"): refused with 0x90 (0x99 for a
+// payload that is not what its Payload Format Indicator says), because each
 // case is permanent for that client's configuration and a device that
 // connects happily for months with its monitoring never armed is worse than
 // one turned away where it can be told.
@@ -100,6 +101,13 @@ func (b *Broker) willRefusal(pk packets.Packet) (packets.Code, bool) {
 			return bad(fmt.Sprintf("is in %s, the dead-letter channel of queue %s, which only the broker writes",
 				ch.name, ch.cfg.DeadLetterOf))
 		}
+	}
+	if !payloadFormatValid(pk.Connect.WillProperties, pk.Connect.WillPayload) {
+		// MQTT 5 §3.1.3.2.3: the Server may check the Will is what its
+		// Payload Format Indicator says, and answers CONNACK 0x99 if not;
+		// published, it would be refused 0x99 as any PUBLISH is (publish.go).
+		return withReason(codePayloadFormatInvalid,
+			"the Will's Payload Format Indicator says UTF-8, but its payload is not well-formed UTF-8"), true
 	}
 	return packets.Code{}, false
 }
