@@ -66,6 +66,154 @@ func rawOffset(t *testing.T, pk packets.Packet) uint64 {
 	return 0
 }
 
+// Invariant 1, the half a consumer can be told: a durable session one of
+// whose stored positions retention has passed is answered Session Present 0
+// at its CONNECT, before anything resumes; the session is discarded —
+// subscriptions, owed broadcast, its held QoS 2 publish — and the discard is
+// stored before the CONNACK (invariant 18), so a restart does not bring the
+// old session back. The passed channels are served from where a reader with
+// no position starts (the floor, or the tail on a start: tail channel); the
+// position retention did not pass is kept (delivery-front §3). The operator
+// is told, per passed channel, the position, the floor and how many records
+// went, and the count is kept for saguin_channel_position_lost_total. Both
+// providers, with and without a restart while the session was away.
+func TestInvariant01_ResumeBelowTheFloorIsAnsweredSessionPresent0(t *testing.T) {
+	for _, p := range floorProviders {
+		for _, restart := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/restart=%v", p.name, restart), func(t *testing.T) {
+				resumeBelowFloor(t, p.provider, restart)
+			})
+		}
+	}
+}
+
+func resumeBelowFloor(t *testing.T, provider string, restart bool) {
+	b, clk := floorBroker(t, provider, "", floorChannels)
+	pub := brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
+	publish := func(topic, payload string, qos byte) {
+		t.Helper()
+		if r, err := pub.Publish(&paho.Publish{Topic: topic, QoS: qos, Payload: []byte(payload)}); err != nil || (r != nil && r.ReasonCode != 0) {
+			t.Fatalf("publish %s %s: %v %v", topic, payload, err, r)
+		}
+	}
+
+	// The device reads two records of each channel and acknowledges them
+	// (a raw client, so each PUBACK reaches the broker before the
+	// DISCONNECT), holds a QoS 2 publish it never releases, and leaves with
+	// every position at 3.
+	dev, _ := brokertest.DialRaw(t, b.Address(), "dev", true, 86400)
+	dev.SendSubscribe(1,
+		packets.Subscription{Filter: "events/#", Qos: 1},
+		packets.Subscription{Filter: "ticks/#", Qos: 1},
+		packets.Subscription{Filter: "audit/#", Qos: 1},
+		packets.Subscription{Filter: "news/#", Qos: 1})
+	if ack := dev.Read(); ack.FixedHeader.Type != packets.Suback {
+		t.Fatalf("want the SUBACK, got %+v", ack.FixedHeader)
+	}
+	for i := 1; i <= 2; i++ {
+		for _, ch := range []string{"events", "ticks", "audit"} {
+			publish(ch+"/a", fmt.Sprintf("%s-%d", ch, i), 1)
+		}
+	}
+	for got := 0; got < 6; got++ {
+		pk := dev.Read()
+		if pk.FixedHeader.Type != packets.Publish || rawOffset(t, pk) > 2 {
+			t.Fatalf("delivery %d: %+v", got, pk)
+		}
+		dev.Puback(pk.PacketID)
+	}
+	dev.SendPublish(packets.Packet{FixedHeader: packets.FixedHeader{Qos: 2}, TopicName: "audit/held", PacketID: 7, Payload: []byte("held")})
+	if rec := dev.Read(); rec.FixedHeader.Type != packets.Pubrec || rec.PacketID != 7 {
+		t.Fatalf("want PUBREC 7, got %+v", rec)
+	}
+	dev.Disconnect()
+
+	// Away: three more records on each retained channel, one on audit, one
+	// QoS 1 broadcast owed to the session. Two hours later retention has
+	// removed every record the device did not read: floor 6 on events and
+	// ticks.
+	for i := 3; i <= 5; i++ {
+		publish("events/a", fmt.Sprintf("events-%d", i), 1)
+		publish("ticks/a", fmt.Sprintf("ticks-%d", i), 1)
+	}
+	publish("audit/a", "audit-3", 1)
+	publish("news/x", "owed", 1)
+	pub.Close()
+	clk.Advance(2 * time.Hour)
+	if restart {
+		b.Restart() // the start-up sweep removes them
+	} else {
+		waitLog(t, b, `msg="retention removed records" broker=test channel=events records=5`)
+		waitLog(t, b, `msg="retention removed records" broker=test channel=ticks records=5`)
+	}
+	if b.QoS2Stats().Held != 1 && !restart {
+		t.Fatalf("held QoS 2 publishes before the resume: %+v, want the device's one", b.QoS2Stats())
+	}
+
+	c := brokertest.Connect(t, b.Address(), "dev", brokertest.ClientOptions{CleanStart: false, SessionExpiry: 86400})
+	if c.Connack.SessionPresent {
+		t.Fatalf("a session whose positions retention passed was answered Session Present 1")
+	}
+	for _, ch := range []string{"events", "ticks"} {
+		want := fmt.Sprintf(`msg="stored position below the retention floor: session discarded, answered Session Present 0" broker=test client=dev channel=%s position=3 floor=6 lost_records=3`, ch)
+		if !b.Log.Contains(want) {
+			t.Fatalf("the operator was not told about %s; want %q in the log:\n%s", ch, want, b.Log.Tail(40))
+		}
+	}
+	if b.Log.Contains("channel=audit position=") {
+		t.Fatalf("a position retention did not pass was reported lost:\n%s", b.Log.Tail(40))
+	}
+	lost := b.PositionLost()
+	for ch, want := range map[string]broker.PositionLoss{"events": {Passings: 1, Records: 3}, "ticks": {Passings: 1, Records: 3}, "audit": {}} {
+		if got, ok := lost[ch]; !ok || got != want {
+			t.Fatalf("position loss of %s: %+v (present %v), want %+v", ch, got, ok, want)
+		}
+	}
+	if st := b.QoS2Stats(); st.Held != 0 {
+		t.Fatalf("the discarded session's QoS 2 publish is still held: %+v", st)
+	}
+	// Discarded: no subscription was kept, and the broadcast it was owed
+	// went with it.
+	c.Quiet(300 * time.Millisecond)
+
+	// The discard was stored before the CONNACK: after a restart the
+	// device finds the new, empty session (Session Present 1, its own
+	// record) and nothing of the old one.
+	c.Close()
+	b.Restart()
+	c = brokertest.Connect(t, b.Address(), "dev", brokertest.ClientOptions{CleanStart: false, SessionExpiry: 86400})
+	if !c.Connack.SessionPresent {
+		t.Fatalf("the new session stored at the Session Present 0 CONNACK did not survive the restart")
+	}
+	c.Quiet(300 * time.Millisecond)
+
+	// Subscribing again: events from its floor, ticks from its tail, audit
+	// from the position retention left alone.
+	sa, err := c.SubscribeWith(&paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: "events/#", QoS: 1}, {Topic: "ticks/#", QoS: 1}, {Topic: "audit/#", QoS: 1}}})
+	if err != nil || len(sa.Reasons) != 3 || sa.Reasons[0] != 1 || sa.Reasons[1] != 1 || sa.Reasons[2] != 1 {
+		t.Fatalf("subscribe: %v %+v", err, sa)
+	}
+	pub = brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
+	publish("events/a", "events-6", 1)
+	publish("ticks/a", "ticks-6", 1)
+	got := map[string]string{}
+	for len(got) < 3 {
+		p := c.Next(wait)
+		ch := p.Topic[:len(p.Topic)-2]
+		if _, dup := got[ch]; dup {
+			t.Fatalf("second delivery on %s before the others: %q at %s (have %v)", ch, p.Payload, p.Properties.User.Get("saguin-offset"), got)
+		}
+		got[ch] = string(p.Payload) + "@" + p.Properties.User.Get("saguin-offset")
+	}
+	want := map[string]string{"events": "events-6@6", "ticks": "ticks-6@6", "audit": "audit-3@3"}
+	for ch, w := range want {
+		if got[ch] != w {
+			t.Fatalf("after the discard %s served %s, want %s (all: %v)", ch, got[ch], w, got)
+		}
+	}
+}
+
 // Invariant 1, the half no consumer can be told: a connected consumer the
 // floor overtakes is never written a record below the floor — not even one
 // its pump had read into memory before the floor moved. Here the consumer
