@@ -116,6 +116,6 @@ func (b *Broker) trim(ch *channel, olderThan time.Time, maxBytes int64) {
 	if removed > 0 {
 		b.log.Info("retention removed records", "channel", ch.name, "records", removed, "bytes", freed,
 			"floor", ch.log.Floor())
-		ch.notify()
+		ch.floorRaised() // invariant 1: an overtaken consumer restarts at the floor (consumer.go)
 	}
 }

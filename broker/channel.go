@@ -25,10 +25,18 @@ type channel struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced each time a record lands
+	// raised is closed and replaced each time retention raises the floor:
+	// a pump waiting for room in its client's window wakes on it alone, not
+	// on every record (invariant 1, consumer.go).
+	raised chan struct{}
+
+	// lost counts the positions retention passed on this channel
+	// (floor.go): saguin_channel_position_lost_total reads it.
+	lost positionLoss
 }
 
 func newChannel(cfg config.Channel) *channel {
-	return &channel{name: cfg.Name, cfg: cfg, changed: make(chan struct{})}
+	return &channel{name: cfg.Name, cfg: cfg, changed: make(chan struct{}), raised: make(chan struct{})}
 }
 
 // wait returns a channel that is closed the next time a record is stored.
@@ -45,5 +53,26 @@ func (c *channel) notify() {
 	c.mu.Lock()
 	close(c.changed)
 	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// floorWait returns a channel that is closed the next time retention raises
+// the floor. A pump takes it before it looks at the floor, so a raise
+// between the look and the wait still wakes it.
+func (c *channel) floorWait() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.raised
+}
+
+// floorRaised wakes every pump of this channel: those waiting for records,
+// and those waiting for room while holding a record the floor may now have
+// passed.
+func (c *channel) floorRaised() {
+	c.mu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	close(c.raised)
+	c.raised = make(chan struct{})
 	c.mu.Unlock()
 }

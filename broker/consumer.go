@@ -142,24 +142,7 @@ func (c *consumer) run(ctx context.Context, cl *mqtt.Client) {
 		changed := c.ch.wait()
 		recs, floor, err := c.ch.log.Read(from, pumpReadBatch)
 		if errors.Is(err, storage.ErrBelowFloor) {
-			// invariant 1: a connected reader overtaken by the floor cannot be
-			// told (no CONNACK to carry it); it restarts at the floor, never
-			// served the oldest survivor as if nothing happened, and the
-			// operator is told how many records went.
-			c.mu.Lock()
-			if c.era == era && c.next < floor {
-				c.b.log.Warn("consumer overtaken by retention: restarting at the floor",
-					"client", c.sess.id, "channel", c.ch.name, "position", c.next,
-					"floor", floor, "lost_records", floor-c.next)
-				for pid, off := range c.inflight {
-					if off < floor {
-						delete(c.inflight, pid)
-					}
-				}
-				c.next = floor
-				c.dirty = true
-			}
-			c.mu.Unlock()
+			c.overtaken(era, floor)
 			continue
 		}
 		if err != nil {
@@ -193,6 +176,32 @@ func (c *consumer) run(ctx context.Context, cl *mqtt.Client) {
 	}
 }
 
+// overtaken restarts a consumer the retention floor has passed at the floor
+// (invariant 1). A connected reader cannot be told — no CONNACK is left to
+// carry it and MQTT has no other signal — so it is never served the oldest
+// survivor as if nothing happened, and the operator is told how many records
+// it was never sent (floor.go). Its deliveries below the floor that are on
+// the wire leave its position: their PUBACKs, when they come, move nothing,
+// and the position is stored at the floor (the client keeps their packet
+// identifiers until it acknowledges them).
+func (c *consumer) overtaken(era, floor uint64) {
+	c.mu.Lock()
+	if c.era != era || c.next >= floor {
+		c.mu.Unlock()
+		return
+	}
+	from := c.next
+	for pid, off := range c.inflight {
+		if off < floor {
+			delete(c.inflight, pid)
+		}
+	}
+	c.next = floor
+	c.dirty = true
+	c.mu.Unlock()
+	c.b.positionPassed(msgOvertaken, c.sess.id, c.ch, from, floor)
+}
+
 func (c *consumer) sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -204,10 +213,12 @@ func (c *consumer) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// prepared is a delivery taken off the log and not yet written.
+// prepared is a delivery taken off the log and not yet written, in the era
+// it was taken in.
 type prepared struct {
 	pk     packets.Packet
 	offset uint64
+	era    uint64
 }
 
 // pumpWriteBatch bounds how many deliveries one write carries: a replay is
@@ -252,10 +263,20 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 				return batch[:0], false
 			}
 			batch = batch[:0]
+			// invariant 1: the record waiting here was read before the wait,
+			// and retention may pass it while the client holds its window.
+			// A raised floor wakes the pump, which reads again — from below
+			// the floor, so it restarts at the floor now, not once the
+			// client acknowledges.
+			raised := c.ch.floorWait()
+			if rec.Offset < c.ch.log.Floor() {
+				return batch, false
+			}
 			select {
 			case <-ctx.Done():
 				return batch, false
 			case <-c.wake:
+			case <-raised:
 			}
 		}
 	}
@@ -285,7 +306,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
 
-	batch = append(batch, prepared{pk: pk, offset: rec.Offset})
+	batch = append(batch, prepared{pk: pk, offset: rec.Offset, era: era})
 	if len(batch) >= pumpWriteBatch {
 		if !c.flush(cl, batch) {
 			return batch[:0], false
@@ -305,6 +326,21 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	if cl.Closed() || cl.Net.Conn == nil {
 		return false
 	}
+	if floor := c.ch.log.Floor(); batch[0].offset < floor {
+		// invariant 1: the floor is checked before every write, not only
+		// before every read. These deliveries were read before retention
+		// passed them (a write that waited on the socket, a window that
+		// waited for an acknowledgement): none is written. They are
+		// rolled back and the pump reads again, from below the floor, so
+		// it restarts at the floor and the operator is told (overtaken).
+		// A record checked here and written a moment after the floor
+		// moved was read while it was held: it is the one delivered just
+		// before the sweep, not one served from below the floor.
+		for _, p := range batch {
+			c.unsend(cl, p)
+		}
+		return false
+	}
 	var buf bytes.Buffer
 	qos0 := false
 	max := cl.Properties.Props.MaximumPacketSize
@@ -316,7 +352,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 				cl.Unlock()
 			}
 			for _, p := range batch[i:] {
-				c.unsend(cl, p.pk.PacketID, p.offset)
+				c.unsend(cl, p)
 			}
 			if errors.Is(err, packets.ErrPacketTooLarge) {
 				// RFC 0003 §5: a record too large for the subscriber's
@@ -348,14 +384,19 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	return true
 }
 
-// unsend rolls back a delivery that never reached the wire.
-func (c *consumer) unsend(cl *mqtt.Client, pid uint16, off uint64) {
+// unsend rolls back a delivery that never reached the wire: its packet
+// identifier is free again, and the consumer reads from it again unless a
+// seek has moved the position since it was taken (its era ended).
+func (c *consumer) unsend(cl *mqtt.Client, p prepared) {
+	pid := p.pk.PacketID
 	c.mu.Lock()
-	if pid != 0 {
-		delete(c.inflight, pid)
-	}
-	if off < c.next {
-		c.next = off
+	if c.era == p.era {
+		if pid != 0 {
+			delete(c.inflight, pid)
+		}
+		if p.offset < c.next {
+			c.next = p.offset
+		}
 	}
 	c.mu.Unlock()
 	if pid != 0 {

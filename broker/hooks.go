@@ -402,12 +402,44 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 		// for one whose expiry passed while it was away: expiry and
 		// reconnect never interleave, whenever the sweep runs.
 		ends := pk.Connect.Clean || !s.isDurable() || b.expiredAway(s)
+		var passed []passedPosition
+		if !ends {
+			// invariant 1: checked here, at CONNECT and before anything
+			// resumes. A position retention passed is the one loss a
+			// consumer can be told of, and Session Present 0 is how
+			// (delivery-front §8 "Resuming below retention floor").
+			var err error
+			if passed, err = b.passedPositions(s); err != nil {
+				// A failed read writes nothing (delivery-front §3): the
+				// CONNECT is refused 0x83 and the session stays as it was.
+				b.log.Error("CONNECT refused: reading the session's stored positions failed", "client", cl.ID, "error", err)
+				b.claims.mark(cl.ID, cl, func(c *idClaim) { c.refusal = codeSessionStore.Code })
+			}
+			ends = len(passed) > 0
+		}
 		b.settleWill(s, ends, old != nil)
 		if ends {
 			// delivery-front §3: a session that ends with its connection
 			// ends at takeover; the new CONNECT is answered Session
-			// Present 0 whatever its Clean Start.
-			b.endSession(cl.ID, s)
+			// Present 0 whatever its Clean Start. So does one retention
+			// passed a position of: it is discarded — subscriptions, owed
+			// broadcast, held QoS 2 publishes — except the positions
+			// retention did not pass (delivery-front §3 "Session ends
+			// when"), and the discard is stored before the CONNACK
+			// (invariant 18). Each passed position goes with it, so the
+			// channel is served from where a reader with no position
+			// starts.
+			keep := map[string]bool{}
+			if len(passed) > 0 {
+				for name, ch := range b.channels {
+					keep[name] = ch.log != nil
+				}
+				for _, p := range passed {
+					keep[p.ch.name] = false
+					b.positionPassed(msgResumePassed, cl.ID, p.ch, p.position, p.floor)
+				}
+			}
+			b.endSessionKeeping(cl.ID, s, keep)
 			s = nil
 			ended = true
 		}
@@ -558,7 +590,12 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 }
 
 // endSession removes a session and every position it stored.
-func (b *Broker) endSession(id string, s *session) {
+func (b *Broker) endSession(id string, s *session) { b.endSessionKeeping(id, s, nil) }
+
+// endSessionKeeping ends a session like endSession, but the positions on the
+// channels keep names stay stored: a session retention passed one position
+// of keeps the others (delivery-front §3).
+func (b *Broker) endSessionKeeping(id string, s *session, keep map[string]bool) {
 	b.mu.Lock()
 	if s == nil {
 		s = b.sessions[id]
@@ -580,15 +617,19 @@ func (b *Broker) endSession(id string, s *session) {
 		b.returnJobs(s, nil)
 		b.memberEnded(s) // shared groups take back what they handed it (share.go)
 	}
-	b.dropPositions(id)
+	b.dropPositionsExcept(id, keep)
 	b.dropHoldsOf(id) // unreleased QoS 2 publishes end with the session, counted abandoned (qos2.go)
 	b.forgetSession(id)
 }
 
-func (b *Broker) dropPositions(id string) {
+func (b *Broker) dropPositions(id string) { b.dropPositionsExcept(id, nil) }
+
+// dropPositionsExcept removes the client's stored positions on every append
+// channel but those keep names.
+func (b *Broker) dropPositionsExcept(id string, keep map[string]bool) {
 	reader := "mqtt:" + id
-	for _, ch := range b.channels {
-		if ch.log == nil {
+	for name, ch := range b.channels {
+		if ch.log == nil || keep[name] {
 			continue
 		}
 		// A read first: a clean CONNECT usually has nothing stored, and a

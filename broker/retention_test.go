@@ -130,6 +130,9 @@ func TestInvariant01_StoredPositionBelowFloorIsNeverServedAsIfNothingHappened(t 
 	}
 
 	c = brokertest.Connect(t, b.Address(), "slow", brokertest.ClientOptions{CleanStart: false, SessionExpiry: 86400})
+	if c.Connack.SessionPresent {
+		t.Fatal("resumed below the floor with Session Present 1: the consumer is not told it lost records")
+	}
 	c.Subscribe("events/#", 1)
 	p = c.Next(wait)
 	if string(p.Payload) != "new-6" || p.Properties.User.Get("saguin-offset") != "6" {

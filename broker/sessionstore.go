@@ -375,7 +375,8 @@ func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining t
 }
 
 // restoreChannelSubscription gives a restored filter its consumers, each at
-// its stored position (or where a reader with none starts: invariant 1).
+// its stored position as stored (a passed one is answered at the CONNECT:
+// invariant 1), or where a reader with none starts.
 func (b *Broker) restoreChannelSubscription(s *session, f packets.Subscription) {
 	// Latest channels: restored without a mark, so the resume is served
 	// the full current state (latest.go).
@@ -396,11 +397,18 @@ func (b *Broker) restoreChannelSubscription(s *session, f packets.Subscription) 
 			continue
 		}
 		// Retain Handling 2 acted when the subscription was made; a restart
-		// does not make it new again.
-		start, err := b.startingPosition(s, ch, true, false)
-		if err != nil {
+		// does not make it new again. A stored position is restored as it
+		// is, even below the floor: the CONNECT that resumes the session
+		// finds it passed and answers Session Present 0 (invariant 1,
+		// floor.go), which a consumer moved to the floor here would hide.
+		start := noPositionStart(ch, false)
+		p, ok, err := ch.log.Position(s.reader())
+		switch {
+		case err != nil:
 			b.log.Error("reading a stored position", "client", s.id, "channel", ch.name, "error", err)
 			start = ch.log.Next()
+		case ok:
+			start = p.Offset
 		}
 		s.consumers[ch.name] = newConsumer(b, s, ch, start)
 	}

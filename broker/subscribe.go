@@ -460,22 +460,30 @@ func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (u
 				return head, ch.log.SavePosition(storage.Position{Reader: s.reader(), Offset: head,
 					LastSeen: b.clock.Now(), Expiry: s.expiry})
 			}
-			if p.Offset < ch.log.Floor() {
+			if floor := ch.log.Floor(); p.Offset < floor {
 				// invariant 1: a position below the floor is never served the
 				// oldest survivor as if nothing happened; the reader restarts
 				// where a reader with no position starts, and the operator is
-				// told what was lost.
-				b.log.Warn("stored position below the retention floor: restarting",
-					"client", s.id, "channel", ch.name, "position", p.Offset, "floor", ch.log.Floor())
+				// told what was lost. (A position found passed at CONNECT was
+				// answered Session Present 0 and dropped there: this is one
+				// the floor passed since, with no CONNACK left to say so.)
+				b.positionPassed(msgSubscribePassed, s.id, ch, p.Offset, floor)
 			} else {
 				return p.Offset, nil
 			}
 		}
 	}
+	return noPositionStart(ch, rh2), nil
+}
+
+// noPositionStart is where a reader of ch with no position starts: the
+// floor, or the head on a start: tail channel or for Retain Handling 2
+// (RFC 0003 §8).
+func noPositionStart(ch *channel, rh2 bool) uint64 {
 	if rh2 || ch.cfg.StartTail {
-		return ch.log.Next(), nil
+		return ch.log.Next()
 	}
-	return ch.log.Floor(), nil
+	return ch.log.Floor()
 }
 
 // unsubscribed drops filters from the session's channel subscriptions and
