@@ -119,6 +119,11 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 			cancel()
 		}
 	}()
+	// What the loader warns of (an inert provider, a door identifying
+	// nobody beside an acl_file) is said at start as --check-config says it.
+	for _, w := range cfg.Warnings {
+		b.log.Warn("configuration warning", w.Attrs()...)
+	}
 	if err := b.openChannels(); err != nil {
 		return nil, err
 	}
