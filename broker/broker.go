@@ -133,6 +133,9 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	if err := b.openRetained(); err != nil {
 		return nil, err
 	}
+	if err := b.settleRetained(); err != nil { // retained_migrate.go
+		return nil, err
+	}
 	if err := b.openSessions(); err != nil {
 		return nil, err
 	}
