@@ -292,7 +292,8 @@ func Load(path string, checks ...Check) (*Config, error) {
 			l.findings = append(l.findings, Finding{File: path, Key: "(more)",
 				Problem: fmt.Sprintf("%d further findings not shown; fix these first", l.dropped)})
 		}
-		return nil, &Findings{Source: path, List: l.findings}
+		sortFindings(l.warnings, l.files)
+		return nil, &Findings{Source: path, List: l.findings, Warnings: l.warnings}
 	}
 	sortFindings(l.warnings, l.files)
 	cfg.Warnings = l.warnings

@@ -71,6 +71,9 @@ func (f Finding) Attrs() []any {
 type Findings struct {
 	Source string
 	List   []Finding
+	// Warnings are the warnings of the same pass (Config.Warnings), kept
+	// so that a caller reporting the findings can say them too.
+	Warnings []Finding
 }
 
 func (f *Findings) Error() string {

@@ -269,3 +269,34 @@ func TestRereadLogLevelChangesWhatTheLoggerWrites(t *testing.T) {
 		t.Errorf("the logger did not follow the level:\n%s", out.String())
 	}
 }
+
+// A configuration that does not load stops a start before logging is set
+// up: "configuration is invalid:" and the findings on stderr, exit 1 — and
+// the warnings of the same pass are said too, here a door identifying
+// nobody beside an acl_file (which this build refuses, so the warning
+// would otherwise never be seen). A relative pid_file is one finding.
+func TestInvalidConfigurationStopsTheStartWithItsFindingsAndWarnings(t *testing.T) {
+	dir := t.TempDir()
+	pw := writeFile(t, dir, "passwords", "dev:$7$101$abcdefghijklmnop$abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghijkl==\n")
+	acl := writeFile(t, dir, "acl", "roles:\n  all:\n    - topic: \"#\"\n      allow: [publish, subscribe]\nusers:\n  \"*\": [all]\n")
+	text := strings.Replace(minimalConfig, "  mqtt:\n    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n",
+		"  pid_file: saguin.pid\n  mqtt:\n    acl_file: \""+acl+"\"\n    listen:\n      - name: fleet\n        address: \"127.0.0.1:0\"\n        password_file: \""+pw+"\"\n      - name: plain\n        address: \"127.0.0.1:0\"\n", 1)
+	text = strings.Replace(text, "    listen:\n      - name", "    listen:\n      tcp:\n      - name", 1)
+	path := writeFile(t, dir, "saguin.yaml", text)
+	for _, flag := range []string{"--config", "--check-config"} {
+		code, out, errOut := runCLI(t, flag, path)
+		if code != 1 {
+			t.Fatalf("%s: exit %d, want 1:\n%s%s", flag, code, out, errOut)
+		}
+		for _, want := range []string{
+			"configuration is invalid: " + path,
+			path + `:7: broker.pid_file "saguin.pid": the path is relative`,
+			path + ":9: broker.mqtt.acl_file",
+			"warning: " + path + ":15: broker.mqtt.listen.tcp[plain]: identifies nobody",
+		} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", flag, want, errOut)
+			}
+		}
+	}
+}

@@ -113,6 +113,12 @@ func load(path string) (*config.Config, error) {
 // operations.md §3.2 says: "configuration is invalid:" and the findings.
 func printInvalid(stderr io.Writer, err error) {
 	fmt.Fprintf(stderr, "configuration is invalid: %v\n", err)
+	var fs *config.Findings
+	if errors.As(err, &fs) {
+		for _, w := range fs.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+	}
 }
 
 // checkConfig is --check-config: every finding, the warnings, and the
