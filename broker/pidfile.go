@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +21,11 @@ func (b *Broker) writePIDFile() error {
 	}
 	pid := os.Getpid()
 	if err := writeFileAtomic(path, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		// The cause alone: the temporary file's name would only confuse.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
 		return fmt.Errorf("broker.pid_file %s cannot be written: %w", path, err)
 	}
 	b.pidFile = path
