@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"saguin.dev/broker/partition"
 	"sort"
 	"sync"
@@ -74,6 +75,8 @@ type Broker struct {
 	closing   atomic.Bool
 	ids       msgid.Generator
 	listeners []net.Listener
+	// pidFile is the pid file this broker wrote ("" = none yet).
+	pidFile string
 
 	claims idClaims // per client id: CONNECT takeover vs teardown (invariant 17)
 	// spaces tracks the partition counts subscribers declare per filter, to
@@ -131,10 +134,18 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 			cancel()
 		}
 	}()
+	// What the loader warns of (an inert provider, a door identifying
+	// nobody beside an acl_file) is said at start as --check-config says it.
+	for _, w := range cfg.Warnings {
+		b.log.Warn("configuration warning", w.Attrs()...)
+	}
 	if err := b.openChannels(); err != nil {
 		return nil, err
 	}
 	if err := b.openRetained(); err != nil {
+		return nil, err
+	}
+	if err := b.settleRetained(); err != nil { // retained_migrate.go
 		return nil, err
 	}
 	if err := b.openSessions(); err != nil {
@@ -217,6 +228,9 @@ func (b *Broker) provider(name string) (storage.Provider, error) {
 		p, err = memory.Open(memory.Options{Name: name, SnapshotDir: pc.SnapshotDir, MaxBytes: pc.MaxBytes,
 			Reserve: reserve, Writer: b.build, Now: b.clock.Now, Logger: b.log})
 	case "sqlite":
+		if err := makeDataDir(filepath.Dir(pc.FilePath)); err != nil {
+			return nil, fmt.Errorf("storage provider %s: creating the directory of %s: %w", name, pc.FilePath, err)
+		}
 		p, err = sqlite.Open(sqlite.Options{Name: name, FilePath: pc.FilePath, MaxBytes: pc.MaxBytes,
 			Reserve: reserve, FlushInterval: pc.FlushInterval, PublishCommitInterval: pc.PublishCommitInterval,
 			PublishCommitNone: pc.PublishCommitNone, PublishCommitMaxRecords: pc.PublishCommitMaxRecords,
@@ -291,18 +305,7 @@ func (b *Broker) Start() error {
 	}
 	b.startQoS2() // holds of sessions that came back; the rest dropped (qos2.go)
 	for _, l := range b.cfg.Broker.Listeners {
-		var ln net.Listener
-		var err error
-		switch l.Kind {
-		case "tcp":
-			ln, err = net.Listen("tcp", l.Address)
-		case "unix":
-			_ = os.Remove(l.Path)
-			ln, err = net.Listen("unix", l.Path)
-		default:
-			b.log.Warn("listener kind not served by this build", "listener", l.Name, "kind", l.Kind)
-			continue
-		}
+		ln, err := openListener(l) // listen.go
 		if err != nil {
 			b.closeListeners()
 			return fmt.Errorf("listener %s: %w", l.Name, err)
@@ -314,6 +317,13 @@ func (b *Broker) Start() error {
 			return fmt.Errorf("listener %s: %w", l.Name, err)
 		}
 		b.log.Info("listening", "listener", l.Name, "address", ln.Addr().String())
+	}
+	// operations.md §3.3: the pid file says the broker can be reached, so
+	// it is written once every door is bound (the signal handlers are
+	// installed by the caller before New), before serving.
+	if err := b.writePIDFile(); err != nil {
+		b.closeListeners()
+		return err
 	}
 	if err := b.mqtt.Serve(); err != nil {
 		return err
@@ -389,6 +399,10 @@ func (b *Broker) Close() error {
 		b.refusals.Flush(true) // what the rate limit held back is still told
 		b.flushPositions(true)
 		err = b.closeProviders()
+		// Every door is closed (their socket files removed with them), so
+		// the pid file no longer names a broker one can reach.
+		b.closeListeners()
+		b.removePIDFile()
 	})
 	return err
 }

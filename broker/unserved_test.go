@@ -1,12 +1,15 @@
 package broker_test
 
 import (
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"saguin.dev/broker"
+	"saguin.dev/broker/brokertest"
 	"saguin.dev/broker/config"
 )
 
@@ -46,4 +49,57 @@ func TestConfigurationThisBuildCannotKeepIsRefusedAtStart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "saguin.db")); !os.IsNotExist(err) {
 		t.Errorf("the refused start opened storage: %v", err)
 	}
+}
+
+// A broker.operations block asks for an HTTP listener (/health, /metrics)
+// this build does not have: refused at start, naming the key and its line,
+// rather than accepted with nothing listening.
+func TestOperationsBlockIsRefusedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	tmpl := strings.Replace(appendConfig, "{{.Provider}}", sqliteProvider, 1)
+	tmpl = strings.Replace(tmpl, "  storage:\n", "  operations:\n    listen:\n      tcp:\n        address: \"127.0.0.1:9090\"\n  storage:\n", 1)
+	path := filepath.Join(dir, "saguin.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(tmpl, "{{.Dir}}", dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("the loader refused the configuration itself: %v", err)
+	}
+	b, err := broker.New(cfg, broker.Options{Logger: discardLogger()})
+	if err == nil {
+		b.Close()
+		t.Fatal("a broker started with an operations block and nothing listening for it")
+	}
+	if want := path + ":9: broker.operations: "; !strings.Contains(err.Error(), want) {
+		t.Errorf("the refusal does not name %q: %v", want, err)
+	}
+}
+
+// The warnings the loader computes (RFC 0002 §5: an inert provider here)
+// are logged at start, at warn, each with its file and line.
+func TestConfigurationWarningsAreLoggedAtStart(t *testing.T) {
+	tmpl := strings.Replace(appendConfigWith(sqliteProvider, ""), "    providers:\n",
+		"    providers:\n      spare:\n        type: memory\n        snapshot_dir: none\n", 1)
+	cfgPath := brokertest.Config(t, t.TempDir(), tmpl)
+	b := brokertest.Start(t, cfgPath)
+	if !logHasLine(b.Log.String(), "level=WARN", "broker.storage.providers.spare", "inert", "file="+cfgPath, "line=14") {
+		t.Errorf("the inert-provider warning is not logged at start:\n%s", b.Log.Tail(40))
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// logHasLine reports whether one line of log holds every part.
+func logHasLine(log string, parts ...string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }

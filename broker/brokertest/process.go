@@ -148,6 +148,64 @@ func (p *Process) Term() {
 	}
 }
 
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitOutput waits until the process has printed s, and reports whether it
+// did: false when the process ends first or d passes.
+func (p *Process) WaitOutput(s string, d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if strings.Contains(p.out.String(), s) {
+			return true
+		}
+		select {
+		case <-p.exited:
+			return strings.Contains(p.out.String(), s)
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop sends sig (unless the process has already ended) and returns the
+// exit code once it ends: -1 when a signal ended it.
+func (p *Process) Stop(sig os.Signal) int {
+	p.t.Helper()
+	if !p.Exited() {
+		_ = p.cmd.Process.Signal(sig)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		p.Kill()
+		p.t.Fatalf("saguin did not stop within a minute of %v:\n%s", sig, p.out)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
 // Restart starts the binary again on the same configuration (new port).
 func (p *Process) Restart() {
 	p.t.Helper()

@@ -35,7 +35,27 @@ type Config struct {
 
 	resolver *topic.Resolver
 	byName   map[string]int
+	at       map[string]Finding // where each key read is written
 }
+
+// At is a finding about key, placed where the key is written (file, line,
+// value as written) with problem as its text. A key the file does not
+// write is placed on the main file with no line.
+func (c *Config) At(key, problem string) Finding {
+	f, ok := c.at[key]
+	if !ok {
+		f = Finding{File: c.Source, Key: key}
+	}
+	f.Problem = problem
+	return f
+}
+
+// Check is a rule a caller adds to the loader's (what a build of the
+// broker does not serve, say). It runs in the same pass, on the
+// configuration as far as it could be read — even one with findings of its
+// own, so that Load reports everything at once — and must therefore read
+// only what it finds set, never assume a block is whole.
+type Check func(*Config) []Finding
 
 // Resolver returns the topic -> channel resolver for this configuration's
 // channels (invariant 12), dead-letter channels included.
@@ -245,9 +265,10 @@ type Session struct {
 }
 
 // Load reads the configuration file at path (and the files it includes),
-// validates all of it, and returns the resolved configuration, or a
-// *Findings listing every problem found.
-func Load(path string) (*Config, error) {
+// validates all of it, applies checks, and returns the resolved
+// configuration, or a *Findings listing every problem found, the checks'
+// included, in one order.
+func Load(path string, checks ...Check) (*Config, error) {
 	l := &loader{
 		source:   path,
 		files:    map[string]int{},
@@ -259,13 +280,20 @@ func Load(path string) (*Config, error) {
 		filterAt:     map[string]val{},
 	}
 	cfg := l.load(path)
+	cfg.Source, cfg.at = path, l.at
+	for _, check := range checks {
+		for _, f := range check(cfg) {
+			l.record(f)
+		}
+	}
 	if len(l.findings) > 0 {
 		sortFindings(l.findings, l.files)
 		if l.dropped > 0 {
 			l.findings = append(l.findings, Finding{File: path, Key: "(more)",
 				Problem: fmt.Sprintf("%d further findings not shown; fix these first", l.dropped)})
 		}
-		return nil, &Findings{Source: path, List: l.findings}
+		sortFindings(l.warnings, l.files)
+		return nil, &Findings{Source: path, List: l.findings, Warnings: l.warnings}
 	}
 	sortFindings(l.warnings, l.files)
 	cfg.Warnings = l.warnings

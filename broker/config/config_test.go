@@ -452,3 +452,41 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// A Check runs in the loader's own pass, on the configuration as far as it
+// was read — here beside a finding of the loader's — and its findings,
+// placed with At, come sorted among the loader's in the one format.
+func TestChecksRunInTheSamePassPlacedWhereTheKeyIsWritten(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "saguin.yaml", `broker:
+  id: edge-1
+  log_level: loud
+  pid_file: /run/saguin.pid
+  storage:
+    default: main
+    default_retention_period: 7d
+    default_retention_bytes: 1GiB
+    providers:
+      main:
+        type: memory
+        snapshot_dir: none
+`)
+	check := func(c *Config) []Finding {
+		return []Finding{c.At("broker.pid_file", "checked"), c.At("broker.operations", "not written")}
+	}
+	_, err := Load(path, check)
+	var fs *Findings
+	if !errors.As(err, &fs) || len(fs.List) != 3 {
+		t.Fatalf("want the loader's finding and the check's two: %v", err)
+	}
+	want := []string{
+		path + `: broker.operations: not written`,
+		path + `:3: broker.log_level "loud": it is one of debug, info, warn or error; omit the key for info`,
+		path + `:4: broker.pid_file "/run/saguin.pid": checked`,
+	}
+	for i, w := range want {
+		if got := fs.List[i].String(); got != w {
+			t.Errorf("finding %d = %q, want %q", i, got, w)
+		}
+	}
+}

@@ -52,11 +52,28 @@ func (f Finding) String() string {
 	return b.String()
 }
 
+// Attrs is the finding as log/slog key=value attributes: file, line, key,
+// value (when it has one) and problem.
+func (f Finding) Attrs() []any {
+	attrs := []any{"file", f.File, "line", f.Line, "key", f.Key}
+	if f.HasValue {
+		v := f.Value
+		if len(v) > maxShownValue {
+			v = v[:maxShownValue] + "…"
+		}
+		attrs = append(attrs, "value", v)
+	}
+	return append(attrs, "problem", f.Problem)
+}
+
 // Findings is the error Load returns: every finding in the configuration at
 // once (RFC 0002 §1.1: all findings, not just the first), in file order.
 type Findings struct {
 	Source string
 	List   []Finding
+	// Warnings are the warnings of the same pass (Config.Warnings), kept
+	// so that a caller reporting the findings can say them too.
+	Warnings []Finding
 }
 
 func (f *Findings) Error() string {

@@ -52,6 +52,25 @@ type loader struct {
 	dropped int
 	// filterAt holds each channel's written filter, for collision findings.
 	filterAt map[string]val
+	// at is where each key read is written (Config.At): one entry per key
+	// of the schema read, bounded like the reading itself (maxYAMLNodes).
+	at map[string]Finding
+}
+
+// remember records where a key read is written, its value as written when
+// it is a scalar, for findings made after the reading (Config.At).
+func (l *loader) remember(v val, keyLine int) {
+	if l.at == nil {
+		l.at = map[string]Finding{}
+	}
+	if _, seen := l.at[v.key]; seen {
+		return
+	}
+	f := Finding{File: v.file, Line: keyLine, Key: v.key}
+	if text, ok := v.scalarText(); ok && !v.isNull() {
+		f.Value, f.HasValue = text, true
+	}
+	l.at[v.key] = f
 }
 
 // val is a YAML value with what a finding about it needs: where it is
@@ -308,11 +327,13 @@ func kindName(n *yaml.Node) string {
 	return "something else"
 }
 
-// get returns the value of key and marks it read.
+// get returns the value of key and marks it read, remembering where it is
+// written (Config.At).
 func (m *mapping) get(key string) (val, bool) {
 	v, ok := m.vals[key]
 	if ok {
 		m.used[key] = true
+		m.l.remember(v, m.keyLine[key])
 	}
 	return v, ok
 }

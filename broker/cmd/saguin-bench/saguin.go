@@ -96,13 +96,19 @@ func gitRevision(ctx context.Context, src string) string {
 	return rev
 }
 
-// saguinVersion asks the binary for the revision it was built from.
+// saguinVersion asks the binary for the build it is: the "build
+// <version>+<revision>" line of --version.
 func saguinVersion(ctx context.Context, bin string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "--version").Output()
 	if err != nil {
 		return "unknown revision"
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if b, ok := strings.CutPrefix(line, "build "); ok {
+			return strings.TrimSpace(b)
+		}
 	}
 	return strings.TrimSpace(string(out))
 }

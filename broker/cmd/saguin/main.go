@@ -2,25 +2,64 @@
 //
 //	saguin --config FILE         run on a configuration file
 //	saguin --check-config FILE   validate a configuration, report every finding, exit
+//	saguin --version             print the name, version and revision
+//	saguin --help                print the usage
 //
 // SIGINT and SIGTERM shut down gracefully (positions stored, memory snapshots
-// written); SIGKILL is the crash the durability rules are written for.
+// written, the pid file removed); SIGUSR1 re-reads broker.log_level; SIGHUP
+// is caught and ignored (there is no configuration reload). SIGKILL is the
+// crash the durability rules are written for. rfcs/process.md says why.
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 
 	"saguin.dev/broker"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/faults"
 )
+
+// version is this build's release version: no release has been made yet.
+// The build string is version+revision (operations.md §3.4).
+const version = "0.1.0-dev"
+
+// revision is set by the Makefile (-ldflags -X main.revision=...).
+var revision string
+
+const usageLine = "usage: saguin --config FILE | --check-config FILE | --version | --help"
+
+const usageText = usageLine + `
+
+Sagüin, a single-node MQTT 5 and 3.1.1 broker with durable channels.
+
+  --config FILE         run the broker on FILE (required to run; no file is
+                        ever read implicitly)
+  --check-config FILE   check FILE and every file it names without starting
+                        anything; print every finding as file:line: key
+                        "value": fix, and the warnings; exit 0 when it is
+                        valid, 1 when not. Not together with --config.
+  --version             print the name, version and revision, and exit
+  --help                print this help, and exit
+
+Signals:
+  SIGINT, SIGTERM   shut down gracefully: positions stored, memory snapshots
+                    written, the pid file removed
+  SIGUSR1           re-read broker.log_level from the configuration file
+  SIGHUP            ignored (logged): there is no configuration reload
+
+A flag is written with one dash or two. There are no subcommands.
+`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -28,46 +67,111 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("saguin", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "configuration file (YAML); required")
-	checkPath := fs.String("check-config", "", "validate this configuration file, report every finding and exit")
-	version := fs.Bool("version", false, "print the build revision and exit")
-	if err := fs.Parse(args); err != nil {
+	fs.SetOutput(io.Discard) // the usage is ours, on the stream the case asks for
+	cfgPath := fs.String("config", "", "")
+	checkPath := fs.String("check-config", "", "")
+	showVersion := fs.Bool("version", false, "")
+	usageError := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "saguin: "+format+"\n%s\n", append(a, usageLine)...)
 		return 2
 	}
-	if *version {
-		fmt.Fprintln(stdout, buildRevision())
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usageText)
+			return 0
+		}
+		return usageError("%v", err)
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "Sagüin — single-node MQTT 5 and 3.1.1 broker with durable channels\nversion %s, revision %s\nbuild %s\n",
+			version, buildRevision(), buildString())
 		return 0
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected argument %q: saguin takes flags only, there are no subcommands", fs.Arg(0))
+	}
+	if *checkPath != "" && *cfgPath != "" {
+		return usageError("--check-config and --config are given together: --check-config only checks a file and starts nothing; give one of them")
 	}
 	if *checkPath != "" {
-		cfg, err := config.Load(*checkPath)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		// What the file may say but this build does not enforce fails the
-		// check too: a start would refuse it.
-		if err := broker.Unserved(cfg); err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", *checkPath, err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "%s: configuration is valid\n", *checkPath)
-		return 0
+		return checkConfig(*checkPath, stdout, stderr)
 	}
 	if *cfgPath == "" {
-		fmt.Fprintln(stderr, "saguin: --config FILE is required (the configuration is never read implicitly)")
-		return 2
-	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
+		// operations.md §4: a missing --config is a message and exit 1.
+		fmt.Fprintf(stderr, "saguin: --config FILE is required (the configuration is never read implicitly)\n%s\n", usageLine)
 		return 1
 	}
+	return serve(*cfgPath, stdout, stderr)
+}
 
-	// Signal handlers go in before anything is opened, so a signal during
-	// start-up still shuts down through Close.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+// load reads a configuration with every check of this build in one pass.
+func load(path string) (*config.Config, error) {
+	return config.Load(path, broker.Unserved)
+}
+
+// printInvalid writes a configuration's findings to stderr as
+// operations.md §3.2 says: "configuration is invalid:" and the findings.
+func printInvalid(stderr io.Writer, err error) {
+	fmt.Fprintf(stderr, "configuration is invalid: %v\n", err)
+	var fs *config.Findings
+	if errors.As(err, &fs) {
+		for _, w := range fs.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+	}
+}
+
+// checkConfig is --check-config: every finding, the warnings, and the
+// channels the file defines. It opens no socket and no storage.
+func checkConfig(path string, stdout, stderr io.Writer) int {
+	cfg, err := load(path)
+	if err != nil {
+		printInvalid(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", path)
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	if len(cfg.Channels) > 0 {
+		fmt.Fprintln(stdout, "channels:")
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		for _, c := range cfg.Channels { // sorted by name
+			filter := c.FilterAsWritten
+			if c.DeadLetterOf != "" {
+				filter = "(dead letters of " + c.DeadLetterOf + ")"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tstorage %s\n", c.Name, c.Type, filter, c.Storage)
+		}
+		_ = tw.Flush()
+	}
+	return 0
+}
+
+// newLogger is the process's one log: log/slog key=value lines on w, at
+// level (info until the configuration is read; SIGUSR1 changes it).
+func newLogger(w io.Writer, level *slog.LevelVar) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func serve(path string, stdout, stderr io.Writer) int {
+	cfg, err := load(path)
+	if err != nil {
+		printInvalid(stderr, err)
+		return 1
+	}
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg.Broker.LogLevel))
+	logger := newLogger(stdout, level)
+	log := logger.With("broker", cfg.Broker.ID)
+
+	// operations.md §3.1: every handler is installed before anything is
+	// opened — before any listener serves and before the pid file — so a
+	// signal during start-up still ends through Close, and a HUP never
+	// takes the Go default (exit without a snapshot).
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1)
+	defer signal.Stop(sigs)
 
 	// Only a build tagged saguinfaults reads the variable (broker/internal/
 	// faults); in any other build this is a no-op.
@@ -83,27 +187,94 @@ func run(args []string, stdout, stderr io.Writer) int {
 			strings.Join(fset.Names, ","))
 	}
 
-	b, err := broker.New(cfg, broker.Options{Build: buildRevision(), SQLiteFaults: fset.SQLite})
+	b, err := broker.New(cfg, broker.Options{Build: buildRevision(), Logger: logger, SQLiteFaults: fset.SQLite})
 	if err != nil {
-		fmt.Fprintf(stderr, "saguin: %v\n", err)
+		log.Error("start failed", "error", err)
 		return 1
 	}
 	if err := b.Start(); err != nil {
-		fmt.Fprintf(stderr, "saguin: %v\n", err)
+		log.Error("start failed", "error", err)
 		_ = b.Close()
 		return 1
 	}
-	sig := <-sigs
-	fmt.Fprintf(stdout, "saguin: %s received, shutting down\n", sig)
+	for sig := range sigs {
+		switch sig {
+		case syscall.SIGHUP:
+			log.Warn("SIGHUP ignored: there is no configuration reload; SIGUSR1 re-reads broker.log_level, and a restart applies any other change")
+			continue
+		case syscall.SIGUSR1:
+			rereadLogLevel(path, level, log)
+			continue
+		}
+		log.Info("shutting down", "signal", sig.String())
+		break
+	}
 	if err := b.Close(); err != nil {
-		fmt.Fprintf(stderr, "saguin: shutdown: %v\n", err)
+		log.Error("shutdown failed", "error", err)
 		return 1
 	}
 	return 0
 }
 
-// revision is set by the Makefile (-ldflags -X main.revision=...).
-var revision string
+// maxReloadFindings bounds how many findings one SIGUSR1 logs; the rest
+// are counted (--check-config shows them all).
+const maxReloadFindings = 20
+
+// rereadLogLevel is SIGUSR1 (operations.md §3.1 item 1): the configuration
+// file is read again for broker.log_level alone. A file that no longer
+// loads changes nothing — its findings are logged and the broker runs on
+// at the level it had. The change is announced at the stricter of the two
+// levels, so it is seen whichever way the level moved.
+func rereadLogLevel(path string, level *slog.LevelVar, log *slog.Logger) {
+	cfg, err := load(path)
+	if err != nil {
+		var fs *config.Findings
+		if !errors.As(err, &fs) {
+			log.Error("SIGUSR1: the configuration file cannot be read; nothing re-read", "path", path, "error", err)
+			return
+		}
+		log.Error("SIGUSR1: the configuration file has findings; nothing re-read, the log level stays",
+			"path", path, "level", levelName(level.Level()), "findings", len(fs.List))
+		for i, f := range fs.List {
+			if i == maxReloadFindings {
+				log.Error("SIGUSR1: further findings not logged; run saguin --check-config to see them all", "more", len(fs.List)-i)
+				break
+			}
+			log.Error("configuration finding", f.Attrs()...)
+		}
+		return
+	}
+	was, now := level.Level(), logLevel(cfg.Broker.LogLevel)
+	level.Set(now)
+	log.Log(context.Background(), max(was, now), "SIGUSR1: log level re-read",
+		"was", levelName(was), "now", levelName(now),
+		"startup_only", "listeners, storage, channels and every other key are read only at start; restart the broker to apply them")
+}
+
+func logLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// levelName is a level as broker.log_level writes it.
+func levelName(l slog.Level) string {
+	switch {
+	case l <= slog.LevelDebug:
+		return "debug"
+	case l <= slog.LevelInfo:
+		return "info"
+	case l <= slog.LevelWarn:
+		return "warn"
+	}
+	return "error"
+}
 
 // buildRevision is the VCS revision the binary was built from, written into
 // snapshot headers so a refused snapshot names the build that wrote it.
@@ -122,4 +293,18 @@ func buildRevision() string {
 		}
 	}
 	return "devel"
+}
+
+// buildString is the version and the revision (operations.md §3.4:
+// version+revision, -dirty when built from a modified tree).
+func buildString() string {
+	s := version + "+" + buildRevision()
+	if info, ok := debug.ReadBuildInfo(); ok && revision == "" {
+		for _, kv := range info.Settings {
+			if kv.Key == "vcs.modified" && kv.Value == "true" {
+				s += "-dirty"
+			}
+		}
+	}
+	return s
 }
