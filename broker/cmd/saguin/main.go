@@ -28,6 +28,7 @@ import (
 	"saguin.dev/broker"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/faults"
+	"saguin.dev/broker/internal/logging"
 )
 
 // version is this build's release version: no release has been made yet.
@@ -151,7 +152,7 @@ func checkConfig(path string, stdout, stderr io.Writer) int {
 // newLogger is the process's one log: log/slog key=value lines on w, at
 // level (info until the configuration is read; SIGUSR1 changes it).
 func newLogger(w io.Writer, level *slog.LevelVar) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return logging.New(w, level)
 }
 
 func serve(path string, stdout, stderr io.Writer) int {
@@ -163,6 +164,9 @@ func serve(path string, stdout, stderr io.Writer) int {
 	level := new(slog.LevelVar)
 	level.Set(logLevel(cfg.Broker.LogLevel))
 	logger := newLogger(stdout, level)
+	// The substrate and any library that logs through the default logger
+	// land in the same stream (operations.md §3.2: one stream).
+	slog.SetDefault(logger)
 	log := logger.With("broker", cfg.Broker.ID)
 
 	// operations.md §3.1: every handler is installed before anything is
@@ -251,17 +255,7 @@ func rereadLogLevel(path string, level *slog.LevelVar, log *slog.Logger) {
 		"startup_only", "listeners, storage, channels and every other key are read only at start; restart the broker to apply them")
 }
 
-func logLevel(s string) slog.Level {
-	switch s {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
+func logLevel(s string) slog.Level { return logging.LevelOf(s) }
 
 // levelName is a level as broker.log_level writes it.
 func levelName(l slog.Level) string {
