@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,37 @@ func TestDecoderRefusesBadFlagsAndTrailingBytes(t *testing.T) {
 	d = enc(func(e *Encoder) { e.Uint32(1 << 30); e.Uint32(0) })
 	if s := d.String("topic"); s != "" || d.Err() == nil {
 		t.Fatalf("string longer than the body: %q, %v", s, d.Err())
+	}
+}
+
+// TestDecoderReadsDeclaredLengthsAsUnsigned: a length or count is four
+// unsigned bytes on disk whatever the build. Read into a 32-bit int, one at
+// or past 2^31 turned negative: a count then passed the bytes-present check
+// and read as zero entries, so a damaged file loaded as an empty store
+// (invariant 14), and a length was refused under a negative number.
+func TestDecoderReadsDeclaredLengthsAsUnsigned(t *testing.T) {
+	for _, declared := range []uint32{1 << 31, 1<<32 - 1} {
+		e := &Encoder{}
+		e.Uint32(declared)
+		e.Uint32(0)
+		d := NewDecoder(e.b)
+		if n := d.Count("record", MinRecordSize); n != 0 || d.Err() == nil {
+			t.Fatalf("count %d over 4 bytes: read %d entries, error %v", declared, n, d.Err())
+		}
+		if want := fmt.Sprintf("record count %d", declared); !strings.Contains(d.Err().Error(), want) {
+			t.Fatalf("count %d: error %q does not say %q", declared, d.Err(), want)
+		}
+		d = NewDecoder(e.b)
+		if s := d.String("topic"); s != "" || d.Err() == nil {
+			t.Fatalf("string of %d bytes over 4: %q, %v", declared, s, d.Err())
+		}
+		if want := fmt.Sprintf("topic declares %d bytes", declared); !strings.Contains(d.Err().Error(), want) {
+			t.Fatalf("string of %d bytes: error %q does not say %q", declared, d.Err(), want)
+		}
+		d = NewDecoder(e.b)
+		if p := d.Bytes("payload"); p != nil || d.Err() == nil {
+			t.Fatalf("payload of %d bytes over 4: %d bytes, %v", declared, len(p), d.Err())
+		}
 	}
 }
 
