@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,23 @@ func TestDecoderReadsDeclaredLengthsAsUnsigned(t *testing.T) {
 		d = NewDecoder(e.b)
 		if p := d.Bytes("payload"); p != nil || d.Err() == nil {
 			t.Fatalf("payload of %d bytes over 4: %d bytes, %v", declared, len(p), d.Err())
+		}
+	}
+}
+
+// TestNewFileSizeHintIsOnlyAHint: a memory store's hint is its byte count
+// plus per-entry minimums, which on a 32-bit build can reach the top of
+// int. The hint preallocates at most maxPrealloc (the file grows past it
+// as it is written); it must never overflow into a capacity make refuses.
+func TestNewFileSizeHintIsOnlyAHint(t *testing.T) {
+	for _, hint := range []int64{-1, 0, 100, math.MaxInt32, math.MaxInt64} {
+		e := NewFile(KindChannels, "rev", time.Unix(1, 0), hint)
+		if c := cap(e.b); c > HeaderLen+maxPrealloc+trailerLen {
+			t.Fatalf("hint %d preallocated %d bytes, more than %d", hint, c, HeaderLen+maxPrealloc+trailerLen)
+		}
+		e.String("events")
+		if _, body, err := Parse(e.Finish()); err != nil || len(body) != 4+len("events") {
+			t.Fatalf("hint %d: %d-byte body, %v", hint, len(body), err)
 		}
 	}
 }
