@@ -135,6 +135,10 @@ func dialMx(t testing.TB, addr, id string, o mxConnect) (*mxConn, packets.Packet
 
 func (c *mxConn) write(pk packets.Packet, enc func(*packets.Packet, *bytes.Buffer) error) {
 	c.t.Helper()
+	// Without it the substrate's encoder silently leaves out a PUBLISH's
+	// (and a Will's) Response Topic and Correlation Data: a queue answer
+	// would arrive with no Delivery ID.
+	pk.Mods.AllowResponseInfo = true
 	var buf bytes.Buffer
 	if err := enc(&pk, &buf); err != nil {
 		c.t.Fatalf("%s: encoding packet type %d: %v", c.id, pk.FixedHeader.Type, err)

@@ -50,6 +50,7 @@ func Binary(t testing.TB) string {
 // Process is the saguin binary running as a child process.
 type Process struct {
 	t       testing.TB
+	bin     string // "" is Binary's build for this test's GOARCH
 	cfgPath string
 	cmd     *exec.Cmd
 	addr    string
@@ -62,7 +63,14 @@ var listeningLine = regexp.MustCompile(`msg=listening .*address=(\S+)`)
 // StartProcess runs the binary on cfgPath and waits until it listens.
 func StartProcess(t testing.TB, cfgPath string) *Process {
 	t.Helper()
-	p := &Process{t: t, cfgPath: cfgPath, out: &LogBuffer{}}
+	return StartBinary(t, "", cfgPath)
+}
+
+// StartBinary is StartProcess with the binary at bin (BinaryFor builds one
+// for another GOARCH); "" is Binary's.
+func StartBinary(t testing.TB, bin, cfgPath string) *Process {
+	t.Helper()
+	p := &Process{t: t, bin: bin, cfgPath: cfgPath, out: &LogBuffer{}}
 	p.start()
 	t.Cleanup(func() {
 		p.Kill()
@@ -76,7 +84,11 @@ func StartProcess(t testing.TB, cfgPath string) *Process {
 
 func (p *Process) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(Binary(p.t), "--config", p.cfgPath)
+	bin := p.bin
+	if bin == "" {
+		bin = Binary(p.t)
+	}
+	p.cmd = exec.Command(bin, "--config", p.cfgPath)
 	// An io.Pipe rather than StdoutPipe: Wait runs concurrently and would
 	// close a StdoutPipe before everything was read.
 	stdout, pw := io.Pipe()

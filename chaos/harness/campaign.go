@@ -13,6 +13,19 @@ import (
 	L "saguin.dev/linearizability"
 )
 
+// powerDisk is the broker's data directory behind a power switch: faultfs
+// on the builds that have it (disk.go), none on 32-bit Linux
+// (disk_nofuse.go).
+type powerDisk interface {
+	// powerCut drops what was not synced (torn: a random mix of pages).
+	powerCut(torn bool, rng *rand.Rand) error
+	// remount mounts the backing directory afresh after a cut.
+	remount() error
+	unmount() error
+	// cutCount is how many cuts have been remounted after.
+	cutCount() int
+}
+
 // campaign is one run: a broker, its proxy, the actors and the nemeses.
 type campaign struct {
 	opt  Options
@@ -25,7 +38,7 @@ type campaign struct {
 	histFile, notesFile *os.File
 	logFile             *os.File
 	dataDir, backingDir string
-	disk                *disk // the FUSE layer, when power cuts are on
+	disk                powerDisk // the FUSE layer, when power cuts are on
 	proc                *brokerProc
 	exits               int   // ... that exited with no nemesis
 	lastSnapshot        int64 // memory: when the last graceful stop began
@@ -378,7 +391,7 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 		e.note(Note{Kind: NoteNemesis, Detail: fmt.Sprintf("powercut torn=%v", torn), T: t0})
 		// The cut first, then the kill: the kernel writes a dying process's
 		// dirty shared pages (SQLite's -shm) back on exit (design.md).
-		if err := c.disk.fs.PowerCut(torn, cutRng); err != nil {
+		if err := c.disk.powerCut(torn, cutRng); err != nil {
 			return fmt.Errorf("power cut: %w", err)
 		}
 		c.proc.kill()
@@ -386,7 +399,7 @@ func (c *campaign) apply(ctx context.Context, name string) error {
 			return err
 		}
 		if c.opt.Provider == ProviderSQLite {
-			if f, bad := c.checkIntegrity(); bad {
+			if f, bad := c.checkIntegrity(c.disk.cutCount()); bad {
 				c.findings = append(c.findings, f)
 			}
 		}

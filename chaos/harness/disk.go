@@ -1,12 +1,22 @@
+//go:build !(linux && (386 || arm || mips || mipsle))
+
 package harness
 
 import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 
 	"saguin.dev/chaos/faultfs"
 )
+
+// checkPowerCuts reports what this machine lacks for the powercut nemesis.
+func checkPowerCuts() error { return faultfs.CheckFUSE() }
+
+// errNoPowerCuts is nil: this build has faultfs (disk_nofuse.go is the
+// other side).
+var errNoPowerCuts error
 
 // disk is the broker's data directory served through faultfs, so a power cut
 // can drop everything the broker wrote and did not sync (invariant 14).
@@ -17,7 +27,7 @@ type disk struct {
 	cuts           []faultfs.CutStats
 }
 
-func mountDisk(backing, mount string, logTo io.Writer) (*disk, error) {
+func mountDisk(backing, mount string, logTo io.Writer) (powerDisk, error) {
 	d := &disk{backing: backing, mount: mount, logger: log.New(logTo, "faultfs: ", log.LstdFlags|log.Lmicroseconds)}
 	fs, err := faultfs.Mount(backing, mount, faultfs.Options{Logger: d.logger})
 	if err != nil {
@@ -26,6 +36,10 @@ func mountDisk(backing, mount string, logTo io.Writer) (*disk, error) {
 	d.fs = fs
 	return d, nil
 }
+
+func (d *disk) powerCut(torn bool, rng *rand.Rand) error { return d.fs.PowerCut(torn, rng) }
+
+func (d *disk) cutCount() int { return len(d.cuts) }
 
 // remount detaches the cut filesystem and mounts the backing directory again:
 // the old mount's kernel page cache still holds the data the cut dropped

@@ -205,6 +205,9 @@ func (o *Options) setDefaults() error {
 	if o.TornRate == 0 {
 		o.TornRate = 0.5
 	}
+	if o.hasNemesis(NemesisPowerCut) && errNoPowerCuts != nil {
+		return errNoPowerCuts
+	}
 	switch o.Control {
 	case ControlNone:
 	case ControlMemoryKillDurable:

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"saguin.dev/chaos/faultfs"
 	L "saguin.dev/linearizability"
 )
 
@@ -267,7 +266,7 @@ func TestNegativeControlMemoryKillClaimedDurableIsCaught(t *testing.T) {
 
 func needFUSE(t *testing.T) {
 	t.Helper()
-	if err := faultfs.CheckFUSE(); err != nil {
+	if err := checkPowerCuts(); err != nil {
 		t.Fatalf("power cuts need FUSE (run as root with /dev/fuse and the Debian package fuse3): %v", err)
 	}
 }

@@ -22,10 +22,10 @@ const maxIntegrityLines = 20
 // copy of the database and its WAL taken from the backing directory — the
 // disk itself, not the FUSE mount, which this process serves and must never
 // map (chaos/faultfs README) — so the broker's files stay exactly as the cut
-// left them. A database the cut removed altogether is not judged here: the
-// loss checks see what went with it.
-func (c *campaign) checkIntegrity() (Finding, bool) {
-	n := len(c.disk.cuts)
+// left them; n is the cut's number, for the finding. A database the cut
+// removed altogether is not judged here: the loss checks see what went with
+// it.
+func (c *campaign) checkIntegrity(n int) (Finding, bool) {
 	fail := func(format string, args ...any) (Finding, bool) {
 		return Finding{Check: "integrity", Invariant: 14,
 			Msg: fmt.Sprintf("after power cut %d: ", n) + fmt.Sprintf(format, args...)}, true

@@ -15,7 +15,7 @@ import (
 // integrity check reads nothing else.
 func fakeCut(t *testing.T) *campaign {
 	t.Helper()
-	return &campaign{opt: Options{OutDir: t.TempDir()}, backingDir: t.TempDir(), disk: &disk{}}
+	return &campaign{opt: Options{OutDir: t.TempDir()}, backingDir: t.TempDir()}
 }
 
 // writeDB makes a WAL database with an indexed table at path and leaves
@@ -58,7 +58,7 @@ func writeDB(t *testing.T, path string) {
 func TestIntegrityCheckPassesAWholeDatabaseAndItsWAL(t *testing.T) {
 	c := fakeCut(t)
 	writeDB(t, filepath.Join(c.backingDir, dbFile))
-	if f, bad := c.checkIntegrity(); bad {
+	if f, bad := c.checkIntegrity(1); bad {
 		t.Fatalf("a whole database was flagged: %s", f)
 	}
 	// The broker's files are not touched: the WAL is still there to recover.
@@ -90,7 +90,7 @@ func TestIntegrityCheckCatchesATornFile(t *testing.T) {
 		}
 	}
 	f.Close()
-	finding, bad := c.checkIntegrity()
+	finding, bad := c.checkIntegrity(1)
 	if !bad {
 		t.Fatal("a torn database passed the integrity check")
 	}
@@ -102,7 +102,7 @@ func TestIntegrityCheckCatchesATornFile(t *testing.T) {
 
 // A cut that took the file altogether is left to the loss checks.
 func TestIntegrityCheckLeavesAMissingFileToTheLossChecks(t *testing.T) {
-	if f, bad := fakeCut(t).checkIntegrity(); bad {
+	if f, bad := fakeCut(t).checkIntegrity(1); bad {
 		t.Fatalf("no database was flagged: %s", f)
 	}
 }

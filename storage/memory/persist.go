@@ -199,7 +199,7 @@ func syncDir(dir string) error {
 }
 
 func encodeManifest(writer string, at time.Time, units []*unit) []byte {
-	e := snapshot.NewFile(snapshot.KindManifest, writer, at, 64*len(units))
+	e := snapshot.NewFile(snapshot.KindManifest, writer, at, 64*int64(len(units)))
 	e.Count(len(units))
 	for _, u := range units {
 		e.String(u.name())
@@ -220,16 +220,18 @@ func (u *unit) encode(writer string, at time.Time) []byte {
 	if u.values != nil {
 		return u.values.encode(writer, at)
 	}
-	hint := 0
+	// The hint is added up in int64: a byte count can pass 2^31 on a
+	// 32-bit build.
+	var hint int64
 	if q := u.queue; q != nil {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		hint += int(q.bytes) + q.live*snapshot.MinQueueItemSize
+		hint += q.bytes + int64(q.live)*snapshot.MinQueueItemSize
 	}
 	l := u.log
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	hint += int(l.bytes) + l.recs.Len()*snapshot.MinRecordSize + len(l.positions)*64 + 256
+	hint += l.bytes + int64(l.recs.Len())*snapshot.MinRecordSize + int64(len(l.positions))*64 + 256
 
 	e := snapshot.NewFile(snapshot.KindChannels, writer, at, hint)
 	if q := u.queue; q != nil {
@@ -577,7 +579,8 @@ func (p *Provider) decodeLog(d *snapshot.Decoder) *appendLog {
 func (v *valueStore) encode(writer string, at time.Time) []byte {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	e := snapshot.NewFile(snapshot.KindChannels, writer, at, int(v.bytes)+len(v.vals)*snapshot.MinRecordSize+64+len(v.name))
+	e := snapshot.NewFile(snapshot.KindChannels, writer, at,
+		v.bytes+int64(len(v.vals))*snapshot.MinRecordSize+64+int64(len(v.name)))
 	e.Uint8(kindLatest)
 	e.String(v.name)
 	e.Uint64(v.next)

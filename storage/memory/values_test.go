@@ -85,13 +85,13 @@ func TestValueStoreFileLayout(t *testing.T) {
 
 // writeValues writes a value store file by hand, so the decoder's checks
 // can be reached with what a writer never produces.
-func writeValues(t *testing.T, dir, name string, next uint64, count int, recs []storage.Record) {
+func writeValues(t *testing.T, dir, name string, next uint64, count uint32, recs []storage.Record) {
 	t.Helper()
 	e := snapshot.NewFile(snapshot.KindChannels, "test-build", storagetest.Base, 0)
 	e.Uint8(kindLatest)
 	e.String(name)
 	e.Uint64(next)
-	e.Count(count)
+	e.Uint32(count) // as the file holds it: a damaged count may pass a 32-bit int
 	for i := range recs {
 		e.Record(&recs[i])
 	}
@@ -128,7 +128,7 @@ func TestInvariant14_DamagedValueStoreRefusesStart(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeValues(t, dir, "retained", c.next, len(c.recs), c.recs)
+			writeValues(t, dir, "retained", c.next, uint32(len(c.recs)), c.recs)
 			wantIn(t, openErr(t, dir), `"mem"`, "retained.snapshot", c.want)
 		})
 	}

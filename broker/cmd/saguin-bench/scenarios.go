@@ -42,7 +42,10 @@ func (b *bench) header(ctx context.Context) {
 	fs := "unknown filesystem"
 	var st syscall.Statfs_t
 	if syscall.Statfs(b.dir, &st) == nil {
-		fs = fsName(st.Type)
+		// Statfs_t.Type is int32 on 386 and arm, int64 elsewhere; a
+		// filesystem magic is 32 bits (btrfs's has the top bit set), so it
+		// is compared as uint32 on every build.
+		fs = fsName(uint32(st.Type))
 	}
 	fmt.Fprintf(b.out, "machine: %s/%s, %d CPUs, %s; work dir %s (%s)\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), b.dir, fs)
@@ -65,7 +68,7 @@ func (b *bench) header(ctx context.Context) {
 	fmt.Fprintln(b.out)
 }
 
-func fsName(magic int64) string {
+func fsName(magic uint32) string {
 	switch magic {
 	case 0xEF53:
 		return "ext4"

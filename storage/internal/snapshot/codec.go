@@ -136,16 +136,20 @@ func (d *Decoder) End() error {
 	return d.err
 }
 
-func (d *Decoder) take(n int, what string) []byte {
+// take consumes n bytes. n is unsigned and compared as 64 bits: a length
+// read from a file is four unsigned bytes, and converted to a 32-bit int one
+// past 2^31 turns negative (RFC 0001: a file one build writes, every build
+// reads the same way).
+func (d *Decoder) take(n uint64, what string) []byte {
 	if d.err != nil {
 		return nil
 	}
-	if n < 0 || n > d.Remaining() {
+	if n > uint64(d.Remaining()) {
 		d.Fail("%s declares %d bytes, %d remain", what, n, d.Remaining())
 		return nil
 	}
-	p := d.b[d.off : d.off+n]
-	d.off += n
+	p := d.b[d.off : d.off+int(n)]
+	d.off += int(n)
 	return p
 }
 
@@ -190,14 +194,12 @@ func (d *Decoder) Bool(what string) bool {
 // String reads a length-prefixed string; the length is checked against the
 // bytes present before anything is allocated.
 func (d *Decoder) String(what string) string {
-	n := d.Uint32()
-	return string(d.take(int(n), what))
+	return string(d.take(uint64(d.Uint32()), what))
 }
 
 // Bytes reads a length-prefixed byte string, copying it; empty reads as nil.
 func (d *Decoder) Bytes(what string) []byte {
-	n := d.Uint32()
-	p := d.take(int(n), what)
+	p := d.take(uint64(d.Uint32()), what)
 	if len(p) == 0 {
 		return nil
 	}
@@ -207,13 +209,17 @@ func (d *Decoder) Bytes(what string) []byte {
 // Count reads a count of entries each at least minSize bytes long, refusing
 // one the remaining bytes could not hold (invariant 13: checked before the
 // caller allocates for it).
+// The count is compared as 64 bits before it becomes an int: on a 32-bit
+// build one past 2^31 would turn negative, pass the check and read as zero
+// entries, loading a damaged file as an empty store (invariant 14). Once
+// checked it is at most the bytes present, so it fits an int.
 func (d *Decoder) Count(what string, minSize int) int {
-	n := int(d.Uint32())
-	if d.err == nil && n > d.Remaining()/minSize {
-		d.Fail("%s count %d needs at least %d bytes, %d remain", what, n, n*minSize, d.Remaining())
+	n := uint64(d.Uint32())
+	if d.err == nil && n > uint64(d.Remaining()/minSize) {
+		d.Fail("%s count %d needs at least %d bytes, %d remain", what, n, n*uint64(minSize), d.Remaining())
 		return 0
 	}
-	return n
+	return int(n)
 }
 
 // Record reads one record.

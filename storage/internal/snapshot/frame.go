@@ -79,11 +79,19 @@ type Header struct {
 	WrittenAt time.Time
 }
 
+// maxPrealloc bounds what a size hint allocates up front: a larger file
+// grows as it is written.
+const maxPrealloc = 64 << 20
+
 // NewFile starts an encoder whose output is a whole snapshot file: the
 // header is written now, the body by the caller, the checksum by Finish.
-// sizeHint is the expected body size, to allocate once.
-func NewFile(kind Kind, writer string, at time.Time, sizeHint int) *Encoder {
-	e := &Encoder{b: make([]byte, 0, HeaderLen+max(sizeHint, 0)+trailerLen)}
+// sizeHint is the expected body size, to allocate once up to maxPrealloc.
+// It is an int64, added up by the caller in int64: a store's byte count
+// plus its per-entry minimums can pass the largest int of a 32-bit build,
+// and as an int the sum wrapped into a capacity make refuses (a panic while
+// snapshotting, where the file should simply have grown as it was written).
+func NewFile(kind Kind, writer string, at time.Time, sizeHint int64) *Encoder {
+	e := &Encoder{b: make([]byte, 0, HeaderLen+int(min(max(sizeHint, 0), maxPrealloc))+trailerLen)}
 	e.b = append(e.b, magic[:]...)
 	e.Uint32(Version)
 	e.Uint8(uint8(kind))

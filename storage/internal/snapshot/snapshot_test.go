@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +93,54 @@ func TestDecoderRefusesBadFlagsAndTrailingBytes(t *testing.T) {
 	d = enc(func(e *Encoder) { e.Uint32(1 << 30); e.Uint32(0) })
 	if s := d.String("topic"); s != "" || d.Err() == nil {
 		t.Fatalf("string longer than the body: %q, %v", s, d.Err())
+	}
+}
+
+// TestDecoderReadsDeclaredLengthsAsUnsigned: a length or count is four
+// unsigned bytes on disk whatever the build. Read into a 32-bit int, one at
+// or past 2^31 turned negative: a count then passed the bytes-present check
+// and read as zero entries, so a damaged file loaded as an empty store
+// (invariant 14), and a length was refused under a negative number.
+func TestDecoderReadsDeclaredLengthsAsUnsigned(t *testing.T) {
+	for _, declared := range []uint32{1 << 31, 1<<32 - 1} {
+		e := &Encoder{}
+		e.Uint32(declared)
+		e.Uint32(0)
+		d := NewDecoder(e.b)
+		if n := d.Count("record", MinRecordSize); n != 0 || d.Err() == nil {
+			t.Fatalf("count %d over 4 bytes: read %d entries, error %v", declared, n, d.Err())
+		}
+		if want := fmt.Sprintf("record count %d", declared); !strings.Contains(d.Err().Error(), want) {
+			t.Fatalf("count %d: error %q does not say %q", declared, d.Err(), want)
+		}
+		d = NewDecoder(e.b)
+		if s := d.String("topic"); s != "" || d.Err() == nil {
+			t.Fatalf("string of %d bytes over 4: %q, %v", declared, s, d.Err())
+		}
+		if want := fmt.Sprintf("topic declares %d bytes", declared); !strings.Contains(d.Err().Error(), want) {
+			t.Fatalf("string of %d bytes: error %q does not say %q", declared, d.Err(), want)
+		}
+		d = NewDecoder(e.b)
+		if p := d.Bytes("payload"); p != nil || d.Err() == nil {
+			t.Fatalf("payload of %d bytes over 4: %d bytes, %v", declared, len(p), d.Err())
+		}
+	}
+}
+
+// TestNewFileSizeHintIsOnlyAHint: a memory store's hint is its byte count
+// plus per-entry minimums, which on a 32-bit build can reach the top of
+// int. The hint preallocates at most maxPrealloc (the file grows past it
+// as it is written); it must never overflow into a capacity make refuses.
+func TestNewFileSizeHintIsOnlyAHint(t *testing.T) {
+	for _, hint := range []int64{-1, 0, 100, math.MaxInt32, math.MaxInt64} {
+		e := NewFile(KindChannels, "rev", time.Unix(1, 0), hint)
+		if c := cap(e.b); c > HeaderLen+maxPrealloc+trailerLen {
+			t.Fatalf("hint %d preallocated %d bytes, more than %d", hint, c, HeaderLen+maxPrealloc+trailerLen)
+		}
+		e.String("events")
+		if _, body, err := Parse(e.Finish()); err != nil || len(body) != 4+len("events") {
+			t.Fatalf("hint %d: %d-byte body, %v", hint, len(body), err)
+		}
 	}
 }
 
