@@ -30,6 +30,7 @@ test: vet
 	@set -o pipefail; for m in $(MODULES); do \
 	  echo "== $$m"; (cd $$m && $(GO) test -count=1 -timeout 20m ./...) || exit 1; \
 	done
+	@echo "== broker, fault-injection build (a panic ends one connection)"; cd broker && $(GO) test -count=1 -tags saguinfaults -run '^TestFaultBuild' . ./internal/faults/
 	@echo "== linearizability"; cd linearizability && $(GO) test -count=1 -short -timeout 10m ./...
 	@echo "== chaos (faultfs, harness, negative controls)"; cd chaos && $(GO) test -count=1 -short -timeout 20m ./...
 	@$(MAKE) --no-print-directory fuzz-short

@@ -48,6 +48,11 @@ func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 // OnConnect refuses, before anything of the session is touched, a CONNECT
 // whose Will could never be delivered (RFC 0003 "Last Will").
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	if cc, ok := cl.Net.Conn.(*clientConn); ok {
+		// From here a panic on this connection's goroutine has broker
+		// state to leave consistent (listener.go).
+		cc.client.Store(cl)
+	}
 	if reason, bad := h.b.clientIDRefusal(pk); bad {
 		// configuration.md §3: 0x85 (3.1.1: 0x02, which the substrate maps).
 		h.b.log.Warn("CONNECT refused: client identifier", "client", cl.ID, "reason", reason)
@@ -116,6 +121,9 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool     { 
 // OnPacketRead takes the packets Sagüin answers itself before the substrate
 // sees them.
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if h.b.panicTopic != "" {
+		h.b.panicIfNamed(pk) // a fault-injection build only (Options.PanicTopic)
+	}
 	switch pk.FixedHeader.Type {
 	case packets.Subscribe:
 		// invariant 17: only the owner changes the session, and a takeover
@@ -299,6 +307,9 @@ func (b *Broker) returnJobs(s *session, cl *mqtt.Client) {
 }
 
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	if cc, ok := cl.Net.Conn.(*clientConn); ok {
+		cc.ending.Store(true) // a panic from here on does not run this again (listener.go)
+	}
 	h.b.connectionEnded(cl, expire)
 	// invariant 17: the substrate's teardown works by client id and would
 	// unregister a newer connection of the same id; Sagüin does it, under

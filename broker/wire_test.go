@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -92,5 +93,33 @@ func TestWire_SubscribeMissingOptionsByteIsMalformed(t *testing.T) {
 	othersUnaffected(t, b, "after")
 	if r, err := other.Publish(&paho.Publish{Topic: "events/still", QoS: 1, Payload: []byte("z")}); err != nil || r.ReasonCode != 0 {
 		t.Fatalf("the bystander connected before the malformed packets: %v %+v", err, r)
+	}
+}
+
+// The substrate's listener logged every connection's end as a WARN with an
+// empty message (its error as the only key). A connection's end is one
+// debug line that says what it is.
+func TestWire_ConnectionEndIsOneDebugLine(t *testing.T) {
+	b := brokertest.Start(t, configWith(t, memoryProvider))
+	r := connected5(t, b.Address(), "leaver")
+	_ = r.conn.Close()
+	deadline := time.Now().Add(wait)
+	for !b.Log.Contains(`msg="connection ended"`) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var ended int
+	for _, l := range strings.Split(b.Log.String(), "\n") {
+		if strings.Contains(l, `msg=""`) {
+			t.Fatalf("a log line with an empty message: %s", l)
+		}
+		if strings.Contains(l, `msg="connection ended"`) {
+			ended++
+			if !strings.Contains(l, "level=DEBUG") || !strings.Contains(l, "client=leaver") {
+				t.Fatalf("the connection's end: %s", l)
+			}
+		}
+	}
+	if ended != 1 {
+		t.Fatalf("%d connection-ended lines, want 1", ended)
 	}
 }

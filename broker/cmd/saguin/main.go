@@ -83,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			strings.Join(fset.Names, ","))
 	}
 
-	b, err := broker.New(cfg, broker.Options{Build: buildRevision(), SQLiteFaults: fset.SQLite})
+	b, err := broker.New(cfg, broker.Options{Build: buildRevision(), SQLiteFaults: fset.SQLite, PanicTopic: fset.PanicTopic})
 	if err != nil {
 		fmt.Fprintf(stderr, "saguin: %v\n", err)
 		return 1
