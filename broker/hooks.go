@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -133,7 +134,17 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 			return pk, packets.ErrRejectPacket
 		}
 		defer release()
-		return h.b.subscribe(cl, pk)
+		out, err := h.b.subscribe(cl, pk)
+		if err != nil {
+			// A refused SUBSCRIBE (Retain Handling 3, a shared filter with
+			// No Local, no filter: already answered DISCONNECT 0x82) must go
+			// no further: the substrate acts on the packet after any other
+			// hook error — it subscribed the packet's valid filters, a state
+			// change the refusal was to prevent — and ends the connection
+			// only on ErrRejectPacket.
+			return out, errors.Join(packets.ErrRejectPacket, err)
+		}
+		return out, nil
 	case packets.Unsubscribe:
 		// The substrate removes filters by client id: a replaced
 		// connection's UNSUBSCRIBE would take the new owner's.

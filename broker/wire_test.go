@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -54,9 +55,18 @@ func (c *rawConn) disconnectedWith(code byte) {
 	c.t.Helper()
 	pk, err := c.read(5)
 	if err != nil || pk.FixedHeader.Type != packets.Disconnect || pk.ReasonCode != code {
-		c.t.Fatalf("got %+v %v, want DISCONNECT %#x", pk, err, code)
+		c.t.Fatalf("got %s, want DISCONNECT %#x", answered(pk, err), code)
 	}
 	c.closedSilently()
+}
+
+// answered names what the broker sent: a packet type and reason code, or
+// the read's error.
+func answered(pk packets.Packet, err error) string {
+	if err != nil {
+		return "no packet (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("%s reason %#x", strings.ToUpper(packets.PacketNames[pk.FixedHeader.Type]), pk.ReasonCode)
 }
 
 // connackedWith asserts the broker answers an MQTT 5 CONNACK code and
@@ -65,7 +75,7 @@ func (c *rawConn) connackedWith(code byte) {
 	c.t.Helper()
 	pk, err := c.read(5)
 	if err != nil || pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != code {
-		c.t.Fatalf("got %+v %v, want CONNACK %#x", pk, err, code)
+		c.t.Fatalf("got %s, want CONNACK %#x", answered(pk, err), code)
 	}
 	c.closedSilently()
 }
