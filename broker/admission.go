@@ -373,7 +373,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 				}
 				f.ready = j.out
 				if rw := f.disconnectWithProps(f.buf); rw != nil {
-					f.buf, f.ready = rw, len(rw)
+					f.buf, f.ready = append(f.buf[:0], rw...), len(rw)
 				}
 				continue
 			}
@@ -409,7 +409,8 @@ func (c *clientConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		if rw := f.disconnectWithProps(p[:n]); rw != nil {
-			f.buf, f.ready = rw, len(rw)
+			f.hold(rw, 0)
+			f.ready = len(rw)
 			continue
 		}
 		if j.out < n {
@@ -431,7 +432,8 @@ func (c *clientConn) judged(j judgement, data []byte) error {
 			err = c.refuse(j.first>>4, j.r)
 		}
 		// Nothing more is read or handed on: the connection is over.
-		f.buf, f.ready, f.pass, c.rerr = nil, 0, 0, err
+		f.release()
+		f.ready, f.pass, c.rerr = 0, 0, err
 		return err
 	}
 	if f.packets == 0 && !c.connected.Load() {

@@ -1,6 +1,10 @@
 package broker
 
-import "github.com/mochi-mqtt/server/v2/packets"
+import (
+	"sync"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
 
 // framer follows MQTT's framing on the bytes a client sends, ahead of the
 // substrate's reader, and holds each packet until it is judged
@@ -20,9 +24,13 @@ import "github.com/mochi-mqtt/server/v2/packets"
 // A packet is held whole — a PUBLISH only up to the end of its
 // properties: its payload then streams through as it arrives, never held
 // here (the substrate reads it into its own buffer). What is held is
-// bounded by the packet's limit, checked before the buffer grows, and the
-// buffer is let go once emptied unless it is small (framerKeep), so an idle
-// connection holds at most that.
+// bounded by the packet's limit, checked before the buffer grows. A packet
+// that arrived whole in one read is handed on from the substrate's own
+// buffer, and nothing is held for it; bytes that must be held (a packet
+// split across reads, the packets after it in the same read) go into a
+// buffer taken from a pool shared by every connection and given back once
+// emptied, so an idle connection holds none (invariant 13), and a busy one
+// does not allocate one per read.
 //
 // The framer hands on one packet's bytes per Read: the substrate reads a
 // packet's bytes exactly and handles it before it reads again, so the packet
@@ -41,10 +49,13 @@ type framer struct {
 	handling byte
 }
 
-// framerKeep is the largest buffer kept once emptied: enough for the small
-// packets a busy connection pipelines, small beside the substrate's own
-// buffers (4 KiB each way per connection).
-const framerKeep = 512
+// framerPooled is the size of the pooled buffers: the substrate's read
+// buffer (ClientNetReadBufferSize), so what one read brings fits. A packet
+// that needs more to be judged gets a buffer of its own, dropped once it is
+// handed on.
+const framerPooled = 4096
+
+var framerPool = sync.Pool{New: func() any { b := make([]byte, 0, framerPooled); return &b }}
 
 // oversize is a packet whose declared size is past its limit.
 type oversize struct {
@@ -139,25 +150,33 @@ func (f *framer) disconnectWithProps(data []byte) []byte {
 	return nil
 }
 
-// hold makes buf hold data, with room for need bytes. need is bounded by
-// the packet's limit, judged before (frame).
+// hold makes buf (empty) hold data, with room for need bytes. need is
+// bounded by the packet's limit, judged before (frame).
 func (f *framer) hold(data []byte, need int) {
-	if cap(f.buf) < need {
-		nb := make([]byte, len(data), max(need, 64))
-		copy(nb, data)
-		f.buf = nb
+	need = max(need, len(data))
+	if need <= framerPooled {
+		f.buf = append((*framerPool.Get().(*[]byte))[:0], data...)
 		return
 	}
-	f.buf = append(f.buf[:0], data...)
+	f.buf = append(make([]byte, 0, need), data...)
 }
 
 // grow makes room in buf for need bytes.
 func (f *framer) grow(need int) {
 	if cap(f.buf) < need {
-		nb := make([]byte, len(f.buf), need)
-		copy(nb, f.buf)
+		nb := append(make([]byte, 0, need), f.buf...)
+		f.release()
 		f.buf = nb
 	}
+}
+
+// release lets buf go: back to the pool if it came from there.
+func (f *framer) release() {
+	if cap(f.buf) == framerPooled {
+		b := f.buf[:0]
+		framerPool.Put(&b)
+	}
+	f.buf = nil
 }
 
 // take hands on up to len(p) of the ready bytes.
@@ -166,8 +185,8 @@ func (f *framer) take(p []byte) int {
 	f.ready -= n
 	rest := copy(f.buf, f.buf[n:])
 	f.buf = f.buf[:rest]
-	if rest == 0 && cap(f.buf) > framerKeep {
-		f.buf = nil // an idle connection keeps no large buffer
+	if rest == 0 {
+		f.release() // an idle connection holds no buffer
 	}
 	return n
 }

@@ -190,7 +190,7 @@ type propSpec struct {
 // (MQTT 5 §2.2.2.2); one given twice that may not repeat is a Protocol
 // Error. A Subscription Identifier in a client's PUBLISH is refused as a
 // Protocol Error by publishProps ([MQTT-3.3.4-6]).
-var propSpecs = map[byte]propSpec{
+var propSpecs = [0x28]propSpec{
 	0x01: {name: "Payload Format Indicator", kind: propByte, where: inWill | inPublish},
 	0x02: {name: "Message Expiry Interval", kind: propUint32, where: inWill | inPublish},
 	0x03: {name: "Content Type", kind: propString, where: inWill | inPublish},
@@ -221,102 +221,98 @@ type propValue struct {
 }
 
 // props is a property section read whole: the values the check acts on,
-// by identifier (a repeatable property keeps its first).
-type props map[byte]propValue
+// by identifier (a repeatable property keeps its first). An array, not a
+// map: it lives on the stack of the packet's check, nothing allocated per
+// packet.
+type props [0x28]propValue
 
 // readProps reads a property section (its length, then the properties,
 // which must end exactly where the length says) for a packet of kind where.
-func readProps(r *wireReader, where int, section string) (props, *refusal) {
+func readProps(r *wireReader, where int, section string, got *props) *refusal {
 	n, ok := r.varint()
 	if !ok {
-		return nil, malformed("the %s length is not a valid Variable Byte Integer within the packet", section)
+		return malformed("the %s length is not a valid Variable Byte Integer within the packet", section)
 	}
 	if n > r.left() {
-		return nil, malformed("the %s length (%d) runs past the end of the packet (%d bytes left)", section, n, r.left())
+		return malformed("the %s length (%d) runs past the end of the packet (%d bytes left)", section, n, r.left())
 	}
 	sub := &wireReader{b: r.b[r.off : r.off+n]}
 	r.off += n
-	var got props
 	for sub.left() > 0 {
 		id, _ := sub.byte()
-		spec, known := propSpecs[id]
-		if !known || spec.where&where == 0 {
-			return nil, malformed("property %#x is not valid in the %s", id, section)
+		var spec propSpec
+		if int(id) < len(propSpecs) {
+			spec = propSpecs[id]
 		}
-		if _, dup := got[id]; dup && !spec.repeat {
-			return nil, protocolError("the %s %s is given twice", section, spec.name)
+		if spec.where&where == 0 {
+			return malformed("property %#x is not valid in the %s", id, section)
+		}
+		if got[id].set && !spec.repeat {
+			return protocolError("the %s %s is given twice", section, spec.name)
 		}
 		var v propValue
 		switch spec.kind {
 		case propByte:
 			c, ok := sub.byte()
 			if !ok {
-				return nil, malformed("the %s %s runs past the property section", section, spec.name)
+				return malformed("the %s %s runs past the property section", section, spec.name)
 			}
 			v = propValue{n: uint32(c), set: true}
 		case propUint16:
 			x, ok := sub.uint16()
 			if !ok {
-				return nil, malformed("the %s %s runs past the property section", section, spec.name)
+				return malformed("the %s %s runs past the property section", section, spec.name)
 			}
 			v = propValue{n: uint32(x), set: true}
 		case propUint32:
 			x, ok := sub.uint32()
 			if !ok {
-				return nil, malformed("the %s %s runs past the property section", section, spec.name)
+				return malformed("the %s %s runs past the property section", section, spec.name)
 			}
 			v = propValue{n: x, set: true}
 		case propVarint:
 			x, ok := sub.varint()
 			if !ok {
-				return nil, malformed("the %s %s is not a valid Variable Byte Integer within the property section", section, spec.name)
+				return malformed("the %s %s is not a valid Variable Byte Integer within the property section", section, spec.name)
 			}
 			v = propValue{n: uint32(x), set: true}
 		case propString:
 			s, ok, valid := sub.str()
 			if !ok {
-				return nil, malformed("the %s %s runs past the property section", section, spec.name)
+				return malformed("the %s %s runs past the property section", section, spec.name)
 			}
 			if !valid {
-				return nil, malformed("the %s %s is not well-formed UTF-8 (or holds U+0000)", section, spec.name)
+				return malformed("the %s %s is not well-formed UTF-8 (or holds U+0000)", section, spec.name)
 			}
 			v = propValue{b: s, set: true}
 		case propBinary:
 			b, ok := sub.binary()
 			if !ok {
-				return nil, malformed("the %s %s runs past the property section", section, spec.name)
+				return malformed("the %s %s runs past the property section", section, spec.name)
 			}
 			v = propValue{b: b, set: true}
 		case propPair:
 			for range 2 {
 				_, ok, valid := sub.str()
 				if !ok {
-					return nil, malformed("a %s User Property runs past the property section", section)
+					return malformed("a %s User Property runs past the property section", section)
 				}
 				if !valid {
-					return nil, malformed("a %s User Property is not well-formed UTF-8 (or holds U+0000)", section)
+					return malformed("a %s User Property is not well-formed UTF-8 (or holds U+0000)", section)
 				}
 			}
 			v = propValue{set: true}
 		}
-		if _, dup := got[id]; !dup {
-			got = got.with(id, v)
+		if !got[id].set {
+			got[id] = v
 		}
 	}
-	return got, nil
-}
-
-func (p props) with(id byte, v propValue) props {
-	if p == nil {
-		p = make(props, 4)
-	}
-	p[id] = v
-	return p
+	return nil
 }
 
 // oneOrZero refuses a byte property other than 0 or 1 (Payload Format
 // Indicator, Request Problem / Response Information): a Protocol Error.
-func (p props) oneOrZero(id byte, section string) *refusal {
+func (p *props) oneOrZero(id byte, section string) *refusal {
 	if v := p[id]; v.set && v.n > 1 {
 		return protocolError("the %s %s is %d; only 0 and 1 are defined", section, propSpecs[id].name, v.n)
 	}
@@ -325,7 +321,7 @@ func (p props) oneOrZero(id byte, section string) *refusal {
 
 // responseTopic refuses a Response Topic holding a wildcard: it names the
 // topic a reply is published to ([MQTT-3.3.2-14]).
-func (p props) responseTopic(section string) *refusal {
+func (p *props) responseTopic(section string) *refusal {
 	if v := p[0x08]; v.set && bytes.ContainsAny(v.b, "+#") {
 		return protocolError("the %s Response Topic holds a wildcard (+ or #)", section)
 	}
@@ -501,8 +497,8 @@ func checkConnect(r *wireReader, st *wireState) *refusal {
 	}
 	var authMethod bool
 	if v5 {
-		p, f := readProps(r, inConnect, "CONNECT properties")
-		if f != nil {
+		var p props
+		if f := readProps(r, inConnect, "CONNECT properties", &p); f != nil {
 			return f
 		}
 		if v := p[0x21]; v.set && v.n == 0 {
@@ -528,8 +524,8 @@ func checkConnect(r *wireReader, st *wireState) *refusal {
 	}
 	if will {
 		if v5 {
-			p, f := readProps(r, inWill, "Will properties")
-			if f != nil {
+			var p props
+			if f := readProps(r, inWill, "Will properties", &p); f != nil {
 				return f
 			}
 			if f := p.oneOrZero(0x01, "Will"); f != nil {
@@ -582,8 +578,8 @@ func checkPublish(first byte, r *wireReader, length int, st *wireState) *refusal
 	if st.version < 5 {
 		return nil
 	}
-	p, f := readProps(r, inPublish, "PUBLISH properties")
-	if f != nil {
+	var p props
+	if f := readProps(r, inPublish, "PUBLISH properties", &p); f != nil {
 		return f
 	}
 	if p[0x0B].set {
@@ -635,7 +631,8 @@ func checkAck(t byte, r *wireReader, st *wireState) *refusal {
 	if r.left() == 0 {
 		return nil
 	}
-	if _, f := readProps(r, inAck, packetName(t)+" properties"); f != nil {
+	var p props
+	if f := readProps(r, inAck, packetName(t)+" properties", &p); f != nil {
 		return f
 	}
 	if r.left() != 0 {
@@ -649,8 +646,8 @@ func checkSubscribe(r *wireReader, st *wireState) *refusal {
 		return malformed("the SUBSCRIBE ends before its packet identifier")
 	}
 	if st.version == 5 {
-		p, f := readProps(r, inSubscribe, "SUBSCRIBE properties")
-		if f != nil {
+		var p props
+		if f := readProps(r, inSubscribe, "SUBSCRIBE properties", &p); f != nil {
 			return f
 		}
 		if v := p[0x0B]; v.set && v.n == 0 {
@@ -687,7 +684,8 @@ func checkUnsubscribe(r *wireReader, st *wireState) *refusal {
 		return malformed("the UNSUBSCRIBE ends before its packet identifier")
 	}
 	if st.version == 5 {
-		if _, f := readProps(r, inUnsubscribe, "UNSUBSCRIBE properties"); f != nil {
+		var p props
+		if f := readProps(r, inUnsubscribe, "UNSUBSCRIBE properties", &p); f != nil {
 			return f
 		}
 	}
@@ -710,7 +708,8 @@ func checkDisconnect(r *wireReader, st *wireState) *refusal {
 		return nil // no body, or a reason code alone (see disconnectWithProps)
 	}
 	r.off++
-	if _, f := readProps(r, inDisconnect, "DISCONNECT properties"); f != nil {
+	var p props
+	if f := readProps(r, inDisconnect, "DISCONNECT properties", &p); f != nil {
 		return f
 	}
 	if r.left() != 0 {
