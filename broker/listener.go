@@ -65,6 +65,10 @@ func (d *door) Serve(establish listeners.EstablishFn) {
 			continue
 		}
 		pause = 0
+		if d.end.Load() {
+			_ = conn.Close() // closed while accepting: nobody will serve it
+			return
+		}
 		go d.serve(establish, conn)
 	}
 }
