@@ -50,6 +50,7 @@ test: vet vet-32
 	@set -o pipefail; for m in $(MODULES); do \
 	  echo "== $$m"; (cd $$m && $(GO) test -count=1 -timeout 20m ./...) || exit 1; \
 	done
+	@echo "== broker, fault-injection build (a panic ends one connection)"; cd broker && $(GO) test -count=1 -tags saguinfaults -run '^TestFaultBuild' . ./internal/faults/
 	@$(MAKE) --no-print-directory test-386
 	@echo "== linearizability"; cd linearizability && $(GO) test -count=1 -short -timeout 10m ./...
 	@echo "== chaos (faultfs, harness, negative controls)"; cd chaos && $(GO) test -count=1 -short -timeout 20m ./...

@@ -299,9 +299,15 @@ type clientConn struct {
 
 	// Read side: only the substrate's reader calls Read.
 	fr       framer
-	mustWait bool // an overflow socket that has not yet waited its turn
-	refusal  *oversize
-	rest     []byte // bytes read after the withheld length byte
+	mustWait bool  // an overflow socket that has not yet waited its turn
+	rerr     error // the socket's read error, returned once what was read before it is handed on
+
+	// client is the substrate's client of this connection, from its
+	// CONNECT hook on: what a panic on this connection's goroutine
+	// (listener.go) must leave consistent.
+	client atomic.Pointer[mqtt.Client]
+	// ending: the substrate began this connection's end (OnDisconnect).
+	ending atomic.Bool
 }
 
 // letGo gives back whatever the connection holds of the gate: its end is
@@ -335,6 +341,9 @@ func (c *clientConn) Close() error {
 	return err
 }
 
+// Read hands the substrate the client's bytes one judged packet at a time
+// (admission_frame.go): a packet is read and held until the framer has
+// judged it, and a refused one is answered here and never handed on.
 func (c *clientConn) Read(p []byte) (int, error) {
 	if c.mustWait {
 		c.mustWait = false
@@ -342,26 +351,130 @@ func (c *clientConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if c.refusal != nil {
-		return 0, c.refuseOversize()
+	if len(p) == 0 {
+		return 0, nil
 	}
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		k, over := c.fr.scan(p[:n])
-		if over != nil {
-			c.refusal = over
-			c.rest = append([]byte(nil), p[k+1:n]...)
-			if k == 0 {
-				return 0, c.refuseOversize()
+	f := &c.fr
+	for {
+		if f.ready > 0 {
+			return f.take(p), nil
+		}
+		if f.pass > 0 && len(f.buf) == 0 {
+			// A judged PUBLISH's payload: straight through, unheld.
+			n, err := c.Conn.Read(p[:min(len(p), f.pass)])
+			f.pass -= n
+			return n, err
+		}
+		if len(f.buf) > 0 && f.pass == 0 {
+			j := f.frame(f.buf)
+			if j.need == 0 {
+				if err := c.judged(j, f.buf); err != nil {
+					return 0, err
+				}
+				f.ready = j.out
+				if rw := f.disconnectWithProps(f.buf); rw != nil {
+					f.buf, f.ready = append(f.buf[:0], rw...), len(rw)
+				}
+				continue
 			}
-			return k, nil
+			if c.rerr != nil {
+				return 0, c.rerr
+			}
+			f.grow(j.need)
+			n, err := c.Conn.Read(f.buf[len(f.buf):cap(f.buf)])
+			f.buf = f.buf[:len(f.buf)+n]
+			if err != nil {
+				c.rerr = err
+			}
+			continue
 		}
-		if !c.connected.Load() && c.fr.connectRead() {
-			c.connected.Store(true)
-			c.l.untrack(c)
+		if c.rerr != nil {
+			return 0, c.rerr
 		}
+		// Nothing held: read into p and judge the packet there, so a packet
+		// that arrived whole in one read is handed on without a copy.
+		n, err := c.Conn.Read(p)
+		if n == 0 {
+			return 0, err
+		}
+		if err != nil {
+			c.rerr = err
+		}
+		j := f.frame(p[:n])
+		if j.need > 0 {
+			f.hold(p[:n], j.need)
+			continue
+		}
+		if err := c.judged(j, p[:n]); err != nil {
+			return 0, err
+		}
+		if rw := f.disconnectWithProps(p[:n]); rw != nil {
+			f.hold(rw, 0)
+			f.ready = len(rw)
+			continue
+		}
+		if j.out < n {
+			f.hold(p[j.out:n], 0) // the packets that follow, judged at the next Read
+		}
+		return j.out, nil
 	}
-	return n, err
+}
+
+// judged acts on the framer's judgement of a packet about to be handed on
+// (data holds what was read of it): a refusal ends the connection here.
+func (c *clientConn) judged(j judgement, data []byte) error {
+	f := &c.fr
+	if j.over != nil || j.r != nil {
+		var err error
+		if j.over != nil {
+			err = c.refuseOversize(j.over, append([]byte(nil), data[j.body:]...))
+		} else {
+			err = c.refuse(j.first>>4, j.r)
+		}
+		// Nothing more is read or handed on: the connection is over.
+		f.release()
+		f.ready, f.pass, c.rerr = 0, 0, err
+		return err
+	}
+	if f.packets == 0 && !c.connected.Load() {
+		c.connected.Store(true)
+		c.l.untrack(c)
+	}
+	f.admit(j)
+	return nil
+}
+
+// errRefused ends a connection whose packet the framer refused.
+var errRefused = errors.New("packet refused before the substrate read it")
+
+// refuse answers a packet the check refused (configuration.md §3.1, §3.5):
+// MQTT 5 gets a CONNACK (for the CONNECT) or DISCONNECT with the code, then
+// the close; MQTT 3.1.1, and a connection whose protocol is not known, is
+// closed with nothing. One bounded line is logged.
+func (c *clientConn) refuse(t byte, r *refusal) error {
+	connect := c.fr.st.version == 0
+	answer := answerFor(r, connect, &c.fr.st)
+	c.letGo()
+	if answer != nil {
+		c.wmu.Lock()
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.boundOr(5 * time.Second)))
+		_, _ = c.Conn.Write(answer)
+		c.wmu.Unlock()
+	}
+	answered := "closed"
+	switch {
+	case answer != nil && connect:
+		answered = fmt.Sprintf("CONNACK %#x", r.code)
+	case answer != nil:
+		answered = fmt.Sprintf("DISCONNECT %#x", r.code)
+	}
+	attrs := []any{"packet", packetName(t), "answer", answered, "reason", r.reason, "remote", c.RemoteAddr().String()}
+	if cl := c.client.Load(); cl != nil {
+		attrs = append(attrs, "client", cl.ID)
+	}
+	c.l.log.Warn(packetName(t)+" refused", attrs...)
+	_ = c.Close()
+	return fmt.Errorf("%w: %s: %s", errRefused, packetName(t), r.reason)
 }
 
 // awaitSlot is an overflow socket's first read: up to 50 ms in line for a
@@ -462,14 +575,13 @@ func readVersion(r io.Reader, have []byte) byte {
 // refuseOversize answers a packet past its limit without reading it: an
 // MQTT 5 CONNECT gets CONNACK 0x95 (3.1.1: closed silently), any later
 // packet DISCONNECT 0x95 (3.1.1: closed) — RFC 0002 §3.1, §3.5.
-func (c *clientConn) refuseOversize() error {
-	over := c.refusal
+func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 	var answer []byte
-	version := c.fr.version()
+	version := c.fr.st.version
 	what := "packet"
 	if over.connect {
 		what = "CONNECT"
-		version = readVersion(c.Conn, c.rest)
+		version = readVersion(c.Conn, rest)
 		if version == 5 {
 			answer = []byte{0x20, 3, 0, 0x95, 0}
 		}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/config"
@@ -47,6 +46,12 @@ type Options struct {
 	// fault-injection build for the chaos negative controls
 	// (broker/internal/faults); nil in production.
 	SQLiteFaults *sqlite.Faults
+	// PanicTopic, set only by a fault-injection build (broker/internal/
+	// faults: panic-on-packet), makes the handling of a PUBLISH to this
+	// topic, or a SUBSCRIBE or UNSUBSCRIBE naming it, panic on its
+	// connection's goroutine: the proof that such a panic ends that
+	// connection and nothing else. Empty in production.
+	PanicTopic string
 }
 
 // Broker is one running Sagüin.
@@ -60,6 +65,7 @@ type Broker struct {
 	refusals *logging.RefusalLog
 
 	sqliteFaults *sqlite.Faults // Options.SQLiteFaults
+	panicTopic   string         // Options.PanicTopic
 
 	mqtt      *mqtt.Server
 	providers map[string]storage.Provider
@@ -125,7 +131,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		channels:  make(map[string]*channel),
 		sessions:  make(map[string]*session),
 		engines:   make(map[string]*queueEngine),
-		ctx:       ctx, cancel: cancel, sqliteFaults: opts.SQLiteFaults,
+		ctx:       ctx, cancel: cancel, sqliteFaults: opts.SQLiteFaults, panicTopic: opts.PanicTopic,
 	}
 	b.refusals = logging.NewRefusalLog(b.log, b.clock.Now)
 	defer func() {
@@ -312,7 +318,9 @@ func (b *Broker) Start() error {
 		}
 		b.listeners = append(b.listeners, ln)
 		wrapped := b.admitListener(ln) // broker.limits at the door (admission.go)
-		if err := b.mqtt.AddListener(listeners.NewNet(l.Name, wrapped)); err != nil {
+		// Our door, not the substrate's listener: a panic handling one
+		// connection ends that connection only (listener.go).
+		if err := b.mqtt.AddListener(b.newDoor(l.Name, wrapped)); err != nil {
 			b.closeListeners()
 			return fmt.Errorf("listener %s: %w", l.Name, err)
 		}

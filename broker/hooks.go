@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -49,6 +50,11 @@ func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 // OnConnect refuses, before anything of the session is touched, a CONNECT
 // whose Will could never be delivered (RFC 0003 "Last Will").
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	if cc, ok := cl.Net.Conn.(*clientConn); ok {
+		// From here a panic on this connection's goroutine has broker
+		// state to leave consistent (listener.go).
+		cc.client.Store(cl)
+	}
 	if reason, bad := h.b.clientIDRefusal(pk); bad {
 		// configuration.md §3: 0x85 (3.1.1: 0x02, which the substrate maps).
 		h.b.refused(slog.LevelWarn, cl, refuseConnect, packets.ErrClientIdentifierNotValid.Code,
@@ -120,6 +126,9 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool     { 
 // OnPacketRead takes the packets Sagüin answers itself before the substrate
 // sees them.
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if h.b.panicTopic != "" {
+		h.b.panicIfNamed(pk) // a fault-injection build only (Options.PanicTopic)
+	}
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
 		if h.b.answerRepeat(cl, pk) {
@@ -136,7 +145,17 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 			return pk, packets.ErrRejectPacket
 		}
 		defer release()
-		return h.b.subscribe(cl, pk)
+		out, err := h.b.subscribe(cl, pk)
+		if err != nil {
+			// A refused SUBSCRIBE (Retain Handling 3, a shared filter with
+			// No Local, no filter: already answered DISCONNECT 0x82) must go
+			// no further: the substrate acts on the packet after any other
+			// hook error — it subscribed the packet's valid filters, a state
+			// change the refusal was to prevent — and ends the connection
+			// only on ErrRejectPacket.
+			return out, errors.Join(packets.ErrRejectPacket, err)
+		}
+		return out, nil
 	case packets.Unsubscribe:
 		// The substrate removes filters by client id: a replaced
 		// connection's UNSUBSCRIBE would take the new owner's.
@@ -315,6 +334,9 @@ func (b *Broker) returnJobs(s *session, cl *mqtt.Client) {
 }
 
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	if cc, ok := cl.Net.Conn.(*clientConn); ok {
+		cc.ending.Store(true) // a panic from here on does not run this again (listener.go)
+	}
 	h.b.connectionEnded(cl, expire)
 	// invariant 17: the substrate's teardown works by client id and would
 	// unregister a newer connection of the same id; Sagüin does it, under

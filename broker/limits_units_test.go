@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -26,54 +27,52 @@ func header(first byte, n int) []byte {
 
 // invariant 13: the framer judges each packet on its declared size, the
 // whole packet as MQTT counts it (header and length bytes too), and hands
-// on nothing of an oversized packet past its first length bytes — so the
-// substrate never learns the size, let alone allocates it.
+// on nothing of an oversized packet — so the substrate never learns the
+// size, let alone allocates it.
 func TestInvariant13_FramerJudgesDeclaredSize(t *testing.T) {
-	connect := append(header(0x10, 10), 0, 4, 'M', 'Q', 'T', 'T', 5, 2, 0, 60)
+	// An MQTT 5 CONNECT: no properties, empty client id (13-byte body).
+	connect := append(header(0x10, 13), 0, 4, 'M', 'Q', 'T', 'T', 5, 2, 0, 60, 0, 0, 0)
 	t.Run("connect at and over max_connect_size", func(t *testing.T) {
-		f := framer{connectLimit: int64(len(connect)), packetLimit: 1000}
-		if k, over := f.scan(connect); over != nil || k != len(connect) || !f.connectRead() || f.version() != 5 {
-			t.Fatalf("CONNECT at the limit: k=%d over=%v read=%v version=%d", k, over, f.connectRead(), f.version())
+		c := scriptedConn(t, framer{connectLimit: int64(len(connect)), packetLimit: 1000}, connect, 1)
+		handed, err := c.drain()
+		if !bytes.Equal(handed, connect) || c.fr.st.version != 5 || !c.connected.Load() {
+			t.Fatalf("CONNECT at the limit: handed %x (%v), version %d", handed, err, c.fr.st.version)
 		}
-		f = framer{connectLimit: int64(len(connect)) - 1, packetLimit: 1000}
-		k, over := f.scan(connect)
-		if over == nil || !over.connect || k != 1 || over.size != int64(len(connect)) {
-			t.Fatalf("CONNECT one byte over: k=%d over=%+v", k, over)
+		c = scriptedConn(t, framer{connectLimit: int64(len(connect)) - 1, packetLimit: 1000}, connect, 1)
+		handed, err = c.drain()
+		if len(handed) != 0 || !errors.Is(err, errPacketTooLarge) {
+			t.Fatalf("CONNECT one byte over: handed %x, err %v", handed, err)
+		}
+		if got := c.sc.out.Bytes(); !bytes.Equal(got, []byte{0x20, 3, 0, 0x95, 0}) {
+			t.Fatalf("CONNECT one byte over answered %x, want CONNACK 0x95", got)
 		}
 	})
 	t.Run("publish over max_message_size, length split across reads", func(t *testing.T) {
-		f := framer{connectLimit: 1000, packetLimit: 200}
-		if _, over := f.scan(connect); over != nil {
-			t.Fatal(over)
-		}
-		ok := append(header(0x30, 197), make([]byte, 197)...) // 1+2+197 = 200
-		big := header(0x32, 100<<20)                          // declares 100MiB
-		stream := append(append([]byte{}, ok...), big...)
+		// 1+2+197 = 200 bytes: topic "t" (3), packet id... QoS 0: no id;
+		// property length 0 (1); payload 193.
+		ok := append(header(0x30, 197), append([]byte{0, 1, 't', 0}, make([]byte, 193)...)...)
+		big := header(0x32, 100<<20) // declares 100MiB
+		stream := append(append(append([]byte{}, connect...), ok...), big...)
 		// Fed a byte at a time, as a slow client would send it.
-		handed := 0
-		var over *oversize
-		for i := range stream {
-			k, o := f.scan(stream[i : i+1])
-			handed += k
-			if o != nil {
-				over = o
-				break
-			}
+		c := scriptedConn(t, framer{connectLimit: 1000, packetLimit: 200}, stream, 1)
+		handed, err := c.drain()
+		if !errors.Is(err, errPacketTooLarge) {
+			t.Fatalf("oversize not refused: %v", err)
 		}
-		if over == nil || over.connect || over.size != int64(1+len(big)-1+100<<20) || over.limit != 200 {
-			t.Fatalf("oversize not found: %+v", over)
+		if want := len(connect) + len(ok); len(handed) != want {
+			t.Fatalf("handed on %d bytes, want %d (nothing of the oversized packet)", len(handed), want)
 		}
-		if want := len(ok) + len(big) - 1; handed != want {
-			t.Fatalf("handed on %d bytes, want %d (everything before the last length byte)", handed, want)
+		if got := c.sc.out.Bytes(); !bytes.Equal(got, []byte{0xE0, 2, 0x95, 0}) {
+			t.Fatalf("answered %x, want DISCONNECT 0x95", got)
 		}
 	})
 	t.Run("three bytes over is still over", func(t *testing.T) {
 		// The substrate's own check leaves the length bytes out; ours
 		// does not.
-		f := framer{connectLimit: 1000, packetLimit: 200}
-		f.scan(connect)
-		if _, over := f.scan(header(0x30, 198)); over == nil || over.size != 201 {
-			t.Fatalf("a 201-byte packet passed a 200-byte limit: %+v", over)
+		stream := append(append([]byte{}, connect...), header(0x30, 198)...)
+		c := scriptedConn(t, framer{connectLimit: 1000, packetLimit: 200}, stream, 64)
+		if handed, err := c.drain(); !errors.Is(err, errPacketTooLarge) || len(handed) != len(connect) {
+			t.Fatalf("a 201-byte packet passed a 200-byte limit: handed %d, %v", len(handed), err)
 		}
 	})
 }

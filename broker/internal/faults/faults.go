@@ -21,6 +21,11 @@
 //	sqlite-sync-off                    sqlite: synchronous=OFF and no WAL
 //	                                   fsync, so nothing is ever durable
 //	                                   (invariant 14's power-cut promise)
+//	panic-on-packet                    handling a PUBLISH to PanicTopic, or
+//	                                   a SUBSCRIBE or UNSUBSCRIBE naming it,
+//	                                   panics on that connection's goroutine
+//	                                   (issue 12: such a panic ends that
+//	                                   connection, never the broker)
 package faults
 
 import "saguin.dev/storage/sqlite"
@@ -34,7 +39,13 @@ type Set struct {
 	Names []string
 	// SQLite is handed to every sqlite provider (nil: none).
 	SQLite *sqlite.Faults
+	// PanicTopic is handed to the broker (broker.Options.PanicTopic):
+	// empty unless panic-on-packet is named.
+	PanicTopic string
 }
+
+// PanicTopic is the topic panic-on-packet makes the broker panic on.
+const PanicTopic = "saguin-fault/panic"
 
 // Active reports whether anything is broken.
 func (s Set) Active() bool { return len(s.Names) > 0 }

@@ -13,9 +13,9 @@ func TestProductionBuildIgnoresTheVariable(t *testing.T) {
 	read := false
 	s, err := FromEnv(func(k string) string {
 		read = true
-		return "next-offset-max-plus-one,split-dead-letter,crash-between-dead-letter-halves,sqlite-sync-off"
+		return "next-offset-max-plus-one,split-dead-letter,crash-between-dead-letter-halves,sqlite-sync-off,panic-on-packet"
 	})
-	if err != nil || s.Active() || s.SQLite != nil || read {
+	if err != nil || s.Active() || s.SQLite != nil || s.PanicTopic != "" || read {
 		t.Fatalf("FromEnv = %+v, %v (variable read: %v); want nothing, unread", s, err, read)
 	}
 }

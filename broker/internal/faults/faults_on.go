@@ -16,7 +16,8 @@ const Compiled = true
 
 // names lists every fault FromEnv knows, in the order the package comment
 // describes them.
-var names = []string{"next-offset-max-plus-one", "split-dead-letter", "crash-between-dead-letter-halves", "sqlite-sync-off"}
+var names = []string{"next-offset-max-plus-one", "split-dead-letter", "crash-between-dead-letter-halves", "sqlite-sync-off",
+	"panic-on-packet"}
 
 // FromEnv reads Env through getenv. An unknown or repeated name is an
 // error, so a control never runs on a broker that is not broken the way it
@@ -49,6 +50,8 @@ func FromEnv(getenv func(string) string) (Set, error) {
 			f.BetweenDeadLetterHalves = crash
 		case "sqlite-sync-off":
 			f.SyncOff = true
+		case "panic-on-packet":
+			s.PanicTopic = PanicTopic
 		}
 	}
 	if len(s.Names) > 0 {

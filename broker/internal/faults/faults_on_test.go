@@ -24,17 +24,17 @@ func TestFaultBuildMapsEveryName(t *testing.T) {
 	if !Compiled {
 		t.Fatal("the saguinfaults build reports fault injection not compiled in")
 	}
-	s, err := FromEnv(env(" next-offset-max-plus-one, split-dead-letter,crash-between-dead-letter-halves,sqlite-sync-off "))
+	s, err := FromEnv(env(" next-offset-max-plus-one, split-dead-letter,crash-between-dead-letter-halves,sqlite-sync-off,panic-on-packet "))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := s.SQLite
 	if !slices.Equal(s.Names, names) || f == nil || !f.NextOffsetFromMaxPlusOne || !f.SplitDeadLetter ||
-		f.BetweenDeadLetterHalves == nil || !f.SyncOff || f.InReliefWrite != nil {
+		f.BetweenDeadLetterHalves == nil || !f.SyncOff || f.InReliefWrite != nil || s.PanicTopic != PanicTopic {
 		t.Fatalf("FromEnv = %+v (sqlite %+v)", s, f)
 	}
 	one, err := FromEnv(env("split-dead-letter"))
-	if err != nil || !one.SQLite.SplitDeadLetter || one.SQLite.BetweenDeadLetterHalves != nil || one.SQLite.SyncOff {
+	if err != nil || !one.SQLite.SplitDeadLetter || one.SQLite.BetweenDeadLetterHalves != nil || one.SQLite.SyncOff || one.PanicTopic != "" {
 		t.Fatalf("only split-dead-letter: %+v %v", one.SQLite, err)
 	}
 	none, err := FromEnv(env(""))
