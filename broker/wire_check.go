@@ -6,7 +6,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -598,9 +597,11 @@ func checkPublish(first byte, r *wireReader, length int, st *wireState) *refusal
 		bit := uint32(1) << a.n
 		switch {
 		case len(topic) > 0:
-			// The substrate maps the alias only for a topic it goes on
-			// to process; one it drops unprocessed sets nothing.
-			if mqtt.IsValidFilter(string(topic), true) {
+			// The substrate maps the alias for every topic it goes on to
+			// process, and every topic but a wildcard one goes on
+			// (substrate_topics.go marks those its own check would drop);
+			// a wildcard topic ends the connection (DISCONNECT 0x82).
+			if !bytes.ContainsAny(topic, "+#") {
 				st.aliases |= bit
 			}
 		case st.aliases&bit == 0:
