@@ -3,7 +3,11 @@
 // answers it, from its own session, on the delivery's Response Topic with
 // the delivery's Correlation Data (docs/channels.md "Queue").
 //
-//	worker -broker 127.0.0.1:1883 -queue jobs [-id worker-1] [-max N]
+//	worker -broker 127.0.0.1:1883 -queue jobs [-id worker-1] [-max N] [-fail]
+//
+// With -fail it answers every job "return", as a worker that cannot do the
+// job would: the job comes back until retry.max_attempts is spent, and is
+// then moved to the queue's dead-letter channel.
 //
 // The answer has to come from the connection the job was delivered to: the
 // broker applies an answer only when the session that sends it is the one
@@ -35,13 +39,21 @@ func main() {
 	queue := flag.String("queue", "jobs", "the queue channel to consume")
 	id := flag.String("id", "", "client id (default worker-<pid>)")
 	max := flag.Int("max", 0, "stop after answering this many jobs (0: until SIGINT or SIGTERM)")
+	fail := flag.Bool("fail", false, "answer every job \"return\", as a worker that cannot do it would")
 	flag.Parse()
 	if *id == "" {
 		*id = fmt.Sprintf("worker-%d", os.Getpid())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	n, err := Work(ctx, Options{Broker: *broker, Queue: *queue, ClientID: *id, Max: *max, Out: os.Stdout})
+	process := printJob
+	if *fail {
+		process = func(job *paho.Publish) error {
+			_ = printJob(job)
+			return errors.New("failed on purpose (-fail)")
+		}
+	}
+	n, err := Work(ctx, Options{Broker: *broker, Queue: *queue, ClientID: *id, Max: *max, Process: process, Out: os.Stdout})
 	fmt.Printf("answered %d job(s)\n", n)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "worker:", err)

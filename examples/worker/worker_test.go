@@ -124,6 +124,58 @@ func TestGoWorkerAcknowledgesEveryJob(t *testing.T) {
 	requireAllAcknowledged(t, b, db)
 }
 
+// A worker that answers "return" hands each job back; with max_attempts 1
+// that first return spends the job's attempts, so every job is moved to
+// jobs__dlq, keeping its Message ID, with reason attempts_exhausted.
+func TestGoWorkerReturningEveryJobDeadLettersIt(t *testing.T) {
+	b, db, want := startWithJobs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids := map[string]string{} // topic -> saguin-id as delivered
+	n, err := Work(ctx, Options{Broker: b.Address(), Queue: "jobs", ClientID: "failing-worker", Max: jobCount,
+		Process: func(job *paho.Publish) error {
+			ids[job.Topic] = job.Properties.User.Get("saguin-id")
+			return fmt.Errorf("cannot do %s", job.Topic)
+		}})
+	if err != nil || n != jobCount {
+		t.Fatalf("Work answered %d job(s), %v; want %d", n, err, jobCount)
+	}
+	// The dead letters, read as any append channel is, from the floor.
+	r := brokertest.Connect(t, b.Address(), "dlq-reader", brokertest.ClientOptions{CleanStart: true})
+	r.Subscribe("jobs/__dlq/#", 1)
+	var got []string
+	for range jobCount {
+		dl := r.Next(20 * time.Second)
+		orig := "jobs/" + strings.TrimPrefix(dl.Topic, "jobs/__dlq/")
+		u := dl.Properties.User
+		if u.Get("saguin-dlq-reason") != "attempts_exhausted" || u.Get("saguin-dlq-channel") != "jobs" ||
+			u.Get("saguin-dlq-attempts") != "1" || u.Get("saguin-id") != ids[orig] {
+			t.Errorf("dead letter %s: reason %q, channel %q, attempts %q, saguin-id %q (delivered as %q)", dl.Topic,
+				u.Get("saguin-dlq-reason"), u.Get("saguin-dlq-channel"), u.Get("saguin-dlq-attempts"), u.Get("saguin-id"), ids[orig])
+		}
+		got = append(got, orig+" "+string(dl.Payload))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("dead letters:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	r.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sqlite.Open(sqlite.Options{Name: "main", FilePath: db, Writer: "worker-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	q, err := p.Queue("jobs", "jobs__dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Depth() != 0 || q.DeadLetters().Next() != jobCount+1 {
+		t.Errorf("queue holds %d job(s), dead-letter channel %d; want 0 and %d", q.Depth(), q.DeadLetters().Next()-1, jobCount)
+	}
+}
+
 // pahoPython finds a python3 with Debian's python3-paho-mqtt (which .ci/run
 // installs): the one on PATH first, then the system one. The test fails,
 // not skips, without it.
