@@ -308,6 +308,25 @@ type clientConn struct {
 	client atomic.Pointer[mqtt.Client]
 	// ending: the substrate began this connection's end (OnDisconnect).
 	ending atomic.Bool
+	// afterServed is what must wait until the substrate has done with the
+	// connection — its goroutine has returned (listener.go): the release of
+	// the client id's claim a teardown took (ownership.go).
+	afterServed atomic.Pointer[func()]
+}
+
+// holdUntilServed defers f until the substrate's goroutine for this
+// connection has returned. It reports false (f is the caller's to run) if
+// something is already waiting there.
+func (c *clientConn) holdUntilServed(f func()) bool {
+	return c.afterServed.CompareAndSwap(nil, &f)
+}
+
+// served runs what waited for the substrate to be done with the
+// connection.
+func (c *clientConn) served() {
+	if f := c.afterServed.Swap(nil); f != nil {
+		(*f)()
+	}
 }
 
 // letGo gives back whatever the connection holds of the gate: its end is

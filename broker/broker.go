@@ -102,6 +102,11 @@ type Broker struct {
 
 	gate *gate // connection slots and publish budgets (admission.go, ratelimit.go)
 
+	// afterTeardown, set only by tests (ownership_export_test.go), runs at
+	// the end of OnDisconnect: where the substrate's own cleanup of the
+	// connection follows.
+	afterTeardown atomic.Pointer[func(cl *mqtt.Client)]
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // pumps and background loops

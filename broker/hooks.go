@@ -342,6 +342,9 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	// unregister a newer connection of the same id; Sagüin does it, under
 	// the id's claim.
 	h.b.teardown(cl, expire)
+	if f := h.b.afterTeardown.Load(); f != nil {
+		(*f)(cl) // a test's pause where the substrate's own cleanup follows
+	}
 }
 
 func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {

@@ -76,6 +76,11 @@ func (d *door) Serve(establish listeners.EstablishFn) {
 // serve is one connection's goroutine: the substrate's whole handling of
 // it, from CONNECT to its end.
 func (d *door) serve(establish listeners.EstablishFn, conn net.Conn) {
+	if cc, ok := conn.(*clientConn); ok {
+		// Last, after a recovered panic's end too: the substrate's cleanup
+		// of the connection has run by then (ownership.go teardown).
+		defer cc.served()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			d.b.recovered(d.id, conn, r)

@@ -33,12 +33,18 @@ type idClaims struct {
 	// store refused and which is written again every second until it lands
 	// (ownership_retry.go). Bounded by the sessions held: one entry each.
 	unstored map[string]*session
+	// turns numbers every holding of every claim, never reused.
+	turns uint64
 }
 
 type idClaim struct {
 	sem     chan struct{}
 	waiters int
 	holder  *mqtt.Client
+	// turn numbers this holding (idClaims.turns), so a release meant for
+	// one holding (claimForConnect's timeout) cannot end a later one the
+	// same connection holds (its teardown).
+	turn uint64
 	// ended: the holder's CONNECT ended the session it took over although
 	// it asked to resume it, so its CONNACK says Session Present 0.
 	ended bool
@@ -51,7 +57,7 @@ type idClaim struct {
 	brief bool
 }
 
-func (c *idClaims) acquire(id string, holder *mqtt.Client) {
+func (c *idClaims) acquire(id string, holder *mqtt.Client) (turn uint64) {
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = make(map[string]*idClaim)
@@ -66,16 +72,25 @@ func (c *idClaims) acquire(id string, holder *mqtt.Client) {
 	cl.sem <- struct{}{}
 	c.mu.Lock()
 	cl.holder = holder
+	c.turns++
+	cl.turn = c.turns
+	turn = cl.turn
 	c.mu.Unlock()
+	return turn
 }
 
 // release gives the claim back if holder still holds it; it reports whether
 // it did (a timed-out claim may already have been released).
 func (c *idClaims) release(id string, holder *mqtt.Client) bool {
+	return c.releaseTurn(id, holder, 0)
+}
+
+// releaseTurn is release of one holding only (0: whichever holder holds).
+func (c *idClaims) releaseTurn(id string, holder *mqtt.Client, turn uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl := c.m[id]
-	if cl == nil || cl.holder != holder {
+	if cl == nil || cl.holder != holder || turn != 0 && cl.turn != turn {
 		return false
 	}
 	cl.holder = nil
@@ -93,33 +108,37 @@ func (c *idClaims) release(id string, holder *mqtt.Client) bool {
 // connection and wrote the CONNACK, or after claimTimeout if that never
 // comes (a failed CONNACK write ends the connection without that hook).
 func (b *Broker) claimForConnect(cl *mqtt.Client) {
-	b.claims.acquire(cl.ID, cl)
-	time.AfterFunc(claimTimeout, func() { b.claims.release(cl.ID, cl) })
+	turn := b.claims.acquire(cl.ID, cl)
+	time.AfterFunc(claimTimeout, func() { b.claims.releaseTurn(cl.ID, cl, turn) })
 }
 
 // teardown replaces the substrate's own end-of-connection cleanup for a
 // session that ends with its connection. It runs under the id's claim and
 // touches the substrate's table only while the entry is still this
-// connection. It returns with the connection marked so that the substrate's
-// cleanup, which follows OnDisconnect, does nothing.
+// connection.
+//
+// The substrate's cleanup still runs after OnDisconnect returns (mochi
+// decides it before OnDisconnect, from the connection's own fields), and it
+// works by client id: it deletes the id's entry from its client table and
+// its filters from the topic index. So the claim is held until the
+// substrate's goroutine for the connection has returned (listener.go), and
+// a new connection of the id, which registers only under the claim, cannot
+// register in between and be unregistered by that cleanup. By then the
+// entry is gone (deleted here) or another connection's that took this one
+// over (and the substrate leaves a taken-over connection's table alone).
 func (b *Broker) teardown(cl *mqtt.Client, expire bool) {
 	if !expire {
 		return
 	}
 	b.claims.acquire(cl.ID, cl)
-	defer b.claims.release(cl.ID, cl)
+	release := func() { b.claims.release(cl.ID, cl) }
+	if cc, ok := cl.Net.Conn.(*clientConn); !ok || !cc.holdUntilServed(release) {
+		defer release()
+	}
 	if cur, ok := b.mqtt.Clients.Get(cl.ID); ok && cur == cl && !cl.IsTakenOver() {
 		cl.ClearInflights()
 		b.mqtt.UnsubscribeClient(cl)
 		b.mqtt.Clients.Delete(cl.ID)
-	}
-	// The substrate decides "ends with its connection" from these two
-	// fields after OnDisconnect returns; the session is ended here instead.
-	if cl.Properties.ProtocolVersion == 5 {
-		cl.Properties.Props.SessionExpiryInterval = 1
-		cl.Properties.Props.SessionExpiryIntervalFlag = true
-	} else {
-		cl.Properties.Clean = false
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync/atomic"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
+
 	"saguin.dev/storage"
 )
 
@@ -53,4 +55,17 @@ func InjectSessionStoreFault(b *Broker) *SessionStoreFault {
 	f := &SessionStoreFault{ValueStore: b.sessionStore}
 	b.sessionStore = f
 	return f
+}
+
+// PauseAfterTeardown makes every connection of client id id run pause at
+// the end of OnDisconnect, before the substrate's own cleanup of it — the
+// moment a descheduled goroutine would leave a late teardown. Set it before
+// the broker serves that id.
+func (b *Broker) PauseAfterTeardown(id string, pause func()) {
+	f := func(cl *mqtt.Client) {
+		if cl.ID == id {
+			pause()
+		}
+	}
+	b.afterTeardown.Store(&f)
 }
