@@ -14,6 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/config"
+	"saguin.dev/broker/internal/logging"
 )
 
 // Connection admission (RFC 0002 §1.5, invariant 13). Fixed, not
@@ -127,10 +128,13 @@ func (g *gate) held() (slots, places int) {
 // takes a slot for each socket at accept, and hands out clientConns.
 type admitListener struct {
 	net.Listener
-	g    *gate
-	lim  config.Limits
-	log  *slog.Logger
-	pace *tokenBucket // nil: max_connect_rate none
+	g   *gate
+	lim config.Limits
+	log *slog.Logger
+	// refusals counts what the door refuses and rate-limits its lines (a
+	// client reconnecting in a loop is not a line per attempt).
+	refusals *logging.RefusalLog
+	pace     *tokenBucket // nil: max_connect_rate none
 
 	mu      sync.Mutex
 	pending map[*clientConn]struct{} // sockets that have not finished their CONNECT
@@ -145,7 +149,7 @@ func (b *Broker) admitListener(ln net.Listener) net.Listener {
 		b.gate = newGate(b.cfg.Broker.Limits)
 	}
 	lim := b.cfg.Broker.Limits
-	l := &admitListener{Listener: ln, g: b.gate, lim: lim, log: b.log,
+	l := &admitListener{Listener: ln, g: b.gate, lim: lim, log: b.log, refusals: b.refusals,
 		pending: make(map[*clientConn]struct{}), done: make(chan struct{})}
 	if lim.MaxConnectRate > 0 {
 		// Bursts up to twice the rate (RFC 0002 §1.5).
@@ -483,15 +487,12 @@ func (c *clientConn) refuse(t byte, r *refusal) error {
 	answered := "closed"
 	switch {
 	case answer != nil && connect:
-		answered = fmt.Sprintf("CONNACK %#x", r.code)
+		answered = fmt.Sprintf("CONNACK 0x%02X", r.code)
 	case answer != nil:
-		answered = fmt.Sprintf("DISCONNECT %#x", r.code)
+		answered = fmt.Sprintf("DISCONNECT 0x%02X", r.code)
 	}
-	attrs := []any{"packet", packetName(t), "answer", answered, "reason", r.reason, "remote", c.RemoteAddr().String()}
-	if cl := c.client.Load(); cl != nil {
-		attrs = append(attrs, "client", cl.ID)
-	}
-	c.l.log.Warn(packetName(t)+" refused", attrs...)
+	c.refused(refusePacket, r.code, packetName(t)+" refused",
+		"packet", packetName(t), "answer", answered, "reason", r.reason, "remote", c.RemoteAddr().String())
 	_ = c.Close()
 	return fmt.Errorf("%w: %s: %s", errRefused, packetName(t), r.reason)
 }
@@ -541,7 +542,7 @@ func (c *clientConn) awaitSlot() error {
 		_, _ = c.Conn.Write([]byte{0x20, 2, 0, 0x03}) // CONNACK 0x03 Server unavailable
 	}
 	c.wmu.Unlock()
-	c.l.log.Warn("connection refused: limits.max_connections reached", "remote", c.RemoteAddr().String())
+	c.refused(refuseConnect, 0x89, "connection refused: limits.max_connections reached", "remote", c.RemoteAddr().String())
 	_ = c.Close()
 	return errServerBusy
 }
@@ -618,10 +619,26 @@ func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 	if over.connect {
 		key = "limits.max_connect_size"
 	}
-	c.l.log.Warn(what+" refused: over "+key, "remote", c.RemoteAddr().String(),
+	c.refused(refusePacket, 0x95, what+" refused: over "+key, "remote", c.RemoteAddr().String(),
 		"bytes", over.size, "limit", over.limit)
 	_ = c.Close()
 	return fmt.Errorf("%w: %s of %d bytes, %s is %d", errPacketTooLarge, what, over.size, key, over.limit)
+}
+
+// refused counts a refusal this connection was given and logs it at warn,
+// rate-limited (operations.md §3.2) by its client id or, before one is
+// known, by the host it came from: a client reconnecting in a loop uses a
+// new port each time.
+func (c *clientConn) refused(kind string, code byte, msg string, args ...any) {
+	source := ""
+	if cl := c.client.Load(); cl != nil {
+		source = cl.ID
+	} else if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
+		source = "remote " + host
+	} else {
+		source = "remote " + c.RemoteAddr().String()
+	}
+	c.l.refusals.Refused(logging.Refusal{Level: slog.LevelWarn, Client: source, Kind: kind, Code: code, Msg: msg, Args: args})
 }
 
 func (c *clientConn) boundOr(d time.Duration) time.Duration {

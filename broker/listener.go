@@ -87,6 +87,12 @@ func (d *door) serve(establish listeners.EstablishFn, conn net.Conn) {
 		}
 	}()
 	err := establish(d.id, conn)
+	if cc, ok := conn.(*clientConn); ok && errors.Is(err, packets.ErrUnsupportedProtocolVersion) {
+		// The substrate's own CONNECT check (broker.mqtt.min_protocol_version)
+		// refuses without a word; a refusal is the operator's to see.
+		cc.refused(refuseConnect, packets.ErrUnsupportedProtocolVersion.Code,
+			"CONNECT refused: protocol version below broker.mqtt.min_protocol_version", "remote", conn.RemoteAddr().String())
+	}
 	attrs := []any{"listener", d.id, "remote", conn.RemoteAddr().String()}
 	if cc, ok := conn.(*clientConn); ok {
 		if cl := cc.client.Load(); cl != nil {

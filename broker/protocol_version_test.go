@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -59,6 +60,17 @@ func TestMinProtocolVersionFiveRefusesMQTT311(t *testing.T) {
 		"-q", "1", "-t", "plain/v311", "-m", "x").CombinedOutput()
 	if err == nil {
 		t.Fatalf("mosquitto_pub -V mqttv311 was admitted: %s", out)
+	}
+	// The refusal is the operator's to see (refusals at warn), rate-limited
+	// by the host it came from (the substrate refuses it before a client
+	// id is taken): the first line is written, the second refusal counted.
+	const line = `level=WARN msg="CONNECT refused: protocol version below broker.mqtt.min_protocol_version" broker=test client="remote 127.0.0.1" code=0x84`
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.Log.Contains(line) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !b.Log.Contains(line) {
+		t.Fatalf("no refusal line for the 3.1.1 client; log:\n%s", b.Log.Tail(20))
 	}
 }
 

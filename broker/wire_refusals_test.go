@@ -1,6 +1,8 @@
 package broker_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -425,5 +427,32 @@ func TestWire_DisconnectWithWillReasonAloneKeepsTheWill(t *testing.T) {
 	r.write([]byte{0xE0, 1, 0x04})
 	if m := watcher.Next(wait); m.Topic != "chat/will" || string(m.Payload) != "dier gone" {
 		t.Fatalf("after DISCONNECT 0x04: %s %q, want the Will", m.Topic, m.Payload)
+	}
+}
+
+// A client refused at the door and reconnecting in a loop writes one line,
+// not a line per attempt: the door's refusals go through the refusal log,
+// rate-limited by the host they came from (no client id is known yet), and
+// every one is counted.
+func TestWire_DoorRefusalsAreRateLimitedAndCounted(t *testing.T) {
+	b := brokertest.Start(t, configWith(t, memoryProvider))
+	const attempts = 50
+	for i := range attempts {
+		r := dialBytes(t, b.Address())
+		r.write(connectPacket(5, 2, wprops(cat([]byte{0x15}, wstr("SCRAM-SHA-1"))), fmt.Sprintf("am%d", i)))
+		r.connackedWith(0x8C)
+	}
+	othersUnaffected(t, b, "after the loop")
+	if n := strings.Count(b.Log.String(), `level=WARN msg="CONNECT refused"`); n != 1 {
+		t.Fatalf("%d refused CONNECTs from one host wrote %d WARN lines, want 1 within the rate limit", attempts, n)
+	}
+	var counted uint64
+	for _, c := range b.RefusalCounts() {
+		if c.Kind == "packet" && c.Code == 0x8C {
+			counted = c.Count
+		}
+	}
+	if counted != attempts {
+		t.Fatalf("refusals counted for 0x8C: %d, want %d", counted, attempts)
 	}
 }
