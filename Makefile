@@ -7,7 +7,7 @@ BIN := bin/saguin
 MODULES := storage broker examples
 ALL_MODULES := storage broker chaos linearizability examples
 
-.PHONY: build run test test-go vet vet-32 test-386 fuzz-short bench invariants chaos-bin chaos-short chaos conformance clean
+.PHONY: build run test vet vet-32 test-386 fuzz-short bench invariants chaos-bin chaos-short chaos clean
 
 build:
 	@mkdir -p bin

@@ -91,7 +91,12 @@ def main():
         if args.max and state["answered"] >= args.max:
             client.disconnect()
 
-    client = mqtt.Client(client_id=args.id, protocol=mqtt.MQTTv5)
+    if hasattr(mqtt, "CallbackAPIVersion"):
+        # paho-mqtt 2.x asks which callback signatures the program uses:
+        # VERSION1 are the 1.x ones written above.
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION1, client_id=args.id, protocol=mqtt.MQTTv5)
+    else:
+        client = mqtt.Client(client_id=args.id, protocol=mqtt.MQTTv5)
     client.on_connect = on_connect
     client.on_subscribe = on_subscribe
     client.on_message = on_message
