@@ -87,8 +87,7 @@ func (b *Broker) releaseBroadcast(cl *mqtt.Client, pid uint16, ex qos2Exchange) 
 		b.qos2.mu.Unlock()
 		b.log.Error("releasing a QoS 2 broadcast publish", "client", cl.ID, "error", err)
 		code := withReason(codeImplementation, "the broadcast log could not store the released publish")
-		_ = b.mqtt.DisconnectClient(cl, code)
-		return noopPacket, code
+		return noopPacket, b.refuseRelease(cl, pid, broadcastLogName, code)
 	}
 	l.set(t, rec.Offset)
 	l.writes.Add(1)
