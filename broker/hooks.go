@@ -226,6 +226,12 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	// answer below marks it ignored or refused, so it fans out and retains
 	// nothing of it.
 	pk.TopicName = unmarked(pk.TopicName)
+	if h.b.retainedBroadcast(cl, pk) {
+		// Stored and fanned out as one step among new subscriptions
+		// (retained_order.go).
+		h.b.retainedOrder.RLock()
+		defer h.b.retainedOrder.RUnlock()
+	}
 	out, err := h.b.publish(cl, pk)
 	if err != nil {
 		return out, err

@@ -91,7 +91,12 @@ func (b *Broker) releaseBroadcast(cl *mqtt.Client, pid uint16, ex qos2Exchange) 
 	}
 	l.set(t, rec.Offset)
 	l.writes.Add(1)
+	unlock := func() {}
 	if rec.Retain {
+		// Retained and delivered as one step among new subscriptions
+		// (retained_order.go).
+		b.retainedOrder.RLock()
+		unlock = b.retainedOrder.RUnlock
 		// The topic's current value (MQTT 5 §3.3.1.3) from the release on.
 		// A retained store without room loses only the retained copy: the
 		// message is in the log and is delivered (logged, never silent).
@@ -100,6 +105,7 @@ func (b *Broker) releaseBroadcast(cl *mqtt.Client, pid uint16, ex qos2Exchange) 
 		}
 	}
 	b.deliverLogged(rec)
+	unlock()
 	l.end(t)
 	return b.pubcomp(cl, pid, packets.CodeSuccess)
 }

@@ -101,8 +101,8 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	codes := make([]byte, len(pk.Filters))
 	var started []*consumer
 	type retainedPass struct {
-		sub     packets.Subscription
-		existed bool
+		sub  packets.Subscription
+		recs []storage.Record
 	}
 	var retained []retainedPass
 	var latestSubs []latestSubscribe
@@ -190,13 +190,18 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		}
 		// Broadcast interest: the substrate's index serves every topic no
 		// channel claims (it never sees channel records: publish marks them
-		// ignored).
+		// ignored). The subscription is made and its retained values read
+		// as one step among retained publishes (retained_order.go), so each
+		// such publish reaches it once: in the pass, or live.
+		b.retainedOrder.Lock()
 		isNew := b.mqtt.Topics.Subscribe(cl.ID, f)
 		cl.State.Subscriptions.Add(f.Filter, f)
+		recs := b.retainedFor(f, !isNew, declared)
+		b.retainedOrder.Unlock()
 		if isNew {
 			atomic.AddInt64(&b.mqtt.Info.Subscriptions, 1)
 		}
-		retained = append(retained, retainedPass{f, !isNew})
+		retained = append(retained, retainedPass{f, recs})
 		if s != nil && !strings.HasPrefix(f.Filter, "$share/") {
 			started = append(started, b.addChannelSubscription(s, cl, f)...)
 			latestSubs = append(latestSubs, latestSubscribe{sub: f, existed: !isNew})
@@ -225,8 +230,9 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	if err != nil {
 		return pk, err
 	}
+	b.pauses.beforeRetainedPass.at()
 	for _, r := range retained {
-		b.sendRetained(cl, r.sub, r.existed, declared)
+		b.sendRetained(cl, r.sub, r.recs)
 	}
 	for _, c := range started {
 		c.start(cl)
