@@ -66,6 +66,7 @@ type Broker struct {
 
 	sqliteFaults *sqlite.Faults // Options.SQLiteFaults
 	panicTopic   string         // Options.PanicTopic
+	pauses       pausePoints    // held by tests only (retained_order.go)
 
 	mqtt      *mqtt.Server
 	providers map[string]storage.Provider
@@ -93,6 +94,9 @@ type Broker struct {
 	sessions map[string]*session // invariant 13: one per held client id, bounded by connections and expiry
 
 	fan fanout // broadcast delivery: shared groups' turns, drop counts (fanout.go)
+	// retainedOrder orders retained broadcast publishes with the
+	// subscriptions they meet (retained_order.go).
+	retainedOrder sync.RWMutex
 
 	qos2 qos2State // held QoS 2 publishes to channels (qos2.go)
 	// bcastHolds keeps held QoS 2 broadcast publishes: the hold store of

@@ -172,7 +172,20 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		}
 	case packets.Pubrel:
 		// A held channel publish is released and PUBCOMP'd here (qos2.go).
-		return h.b.pubrel(cl, pk)
+		out, err := h.b.pubrel(cl, pk)
+		if err != nil {
+			// invariant 18: a PUBREL refused here (a release refused for
+			// room or failed by the store, already answered DISCONNECT;
+			// a connection taken over; a PUBCOMP that could not be
+			// written) must go no further. The substrate acts on the
+			// packet after any other hook error: its processPubrel
+			// records a PUBCOMP 0x00 for the packet id and writes it,
+			// now or to the resumed session, though nothing was
+			// released. Only ErrRejectPacket stops it (and ends the
+			// connection).
+			return out, errors.Join(packets.ErrRejectPacket, err)
+		}
+		return out, nil
 	case packets.Disconnect:
 		// invariant 18: a clean DISCONNECT's positions are stored before the
 		// connection is closed, so a consumer that acknowledged and left is
@@ -213,6 +226,12 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	// answer below marks it ignored or refused, so it fans out and retains
 	// nothing of it.
 	pk.TopicName = unmarked(pk.TopicName)
+	if h.b.retainedBroadcast(cl, pk) {
+		// Stored and fanned out as one step among new subscriptions
+		// (retained_order.go).
+		h.b.retainedOrder.RLock()
+		defer h.b.retainedOrder.RUnlock()
+	}
 	out, err := h.b.publish(cl, pk)
 	if err != nil {
 		return out, err

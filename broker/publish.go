@@ -110,6 +110,7 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 			if err := b.retain(cl, pk); err != nil {
 				return b.refuse(cl, pk, retainedRefusal(err))
 			}
+			b.pauses.afterRetainStored.at()
 		}
 		return pk, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,8 +271,24 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 	} else {
 		b.log.Error("releasing a QoS 2 publish", "client", cl.ID, "channel", ex.channel, "error", err)
 	}
-	_ = b.mqtt.DisconnectClient(cl, code)
-	return pk, code
+	return noopPacket, b.refuseRelease(cl, pk.PacketID, ex.channel, code)
+}
+
+// refuseRelease answers a PUBREL whose release did not happen — the hold
+// stays, and the client sends PUBREL again on its next connection: MQTT 5
+// DISCONNECT with the code, a 3.1.1 close (3.1.1 has no server
+// DISCONNECT). It returns the code, which OnPacketRead turns into the
+// rejection that keeps the substrate from completing the exchange
+// (invariant 18: no PUBCOMP for what was not released).
+func (b *Broker) refuseRelease(cl *mqtt.Client, pid uint16, channel string, code packets.Code) error {
+	b.refused(slog.LevelWarn, cl, refusePublish, code.Code, "PUBREL refused: the held publish stays until a PUBREL on a later connection",
+		"channel", channel, "packet_id", pid, "reason", code.Reason)
+	if cl.Properties.ProtocolVersion < 5 {
+		cl.Stop(code)
+	} else {
+		_ = b.mqtt.DisconnectClient(cl, code)
+	}
+	return code
 }
 
 // pubcomp writes the PUBCOMP of a PUBREL answered here, frees the

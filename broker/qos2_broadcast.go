@@ -87,12 +87,16 @@ func (b *Broker) releaseBroadcast(cl *mqtt.Client, pid uint16, ex qos2Exchange) 
 		b.qos2.mu.Unlock()
 		b.log.Error("releasing a QoS 2 broadcast publish", "client", cl.ID, "error", err)
 		code := withReason(codeImplementation, "the broadcast log could not store the released publish")
-		_ = b.mqtt.DisconnectClient(cl, code)
-		return noopPacket, code
+		return noopPacket, b.refuseRelease(cl, pid, broadcastLogName, code)
 	}
 	l.set(t, rec.Offset)
 	l.writes.Add(1)
+	unlock := func() {}
 	if rec.Retain {
+		// Retained and delivered as one step among new subscriptions
+		// (retained_order.go).
+		b.retainedOrder.RLock()
+		unlock = b.retainedOrder.RUnlock
 		// The topic's current value (MQTT 5 §3.3.1.3) from the release on.
 		// A retained store without room loses only the retained copy: the
 		// message is in the log and is delivered (logged, never silent).
@@ -101,6 +105,7 @@ func (b *Broker) releaseBroadcast(cl *mqtt.Client, pid uint16, ex qos2Exchange) 
 		}
 	}
 	b.deliverLogged(rec)
+	unlock()
 	l.end(t)
 	return b.pubcomp(cl, pid, packets.CodeSuccess)
 }

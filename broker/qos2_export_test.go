@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"saguin.dev/storage"
 )
@@ -31,4 +32,41 @@ func (b *Broker) RefuseHoldDrops(provider string, n int32) {
 	d := &dropRefuser{Provider: p, HoldStore: p.(storage.HoldStore)}
 	d.left.Store(n)
 	b.providers[provider] = d
+}
+
+// releaseRefuser is a provider whose hold store fails its next Release
+// calls, as a store that cannot write would: the hold stays.
+type releaseRefuser struct {
+	storage.Provider
+	storage.HoldStore
+	left atomic.Int32
+}
+
+var errReleaseRefused = errors.New("test: the store refuses to release the hold")
+
+func (r *releaseRefuser) Release(channel, client string, pid uint16) (storage.Record, error) {
+	if r.left.Add(-1) >= 0 {
+		return storage.Record{}, errReleaseRefused
+	}
+	return r.HoldStore.Release(channel, client, pid)
+}
+
+func (r *releaseRefuser) ReleaseAt(channel, client string, pid uint16, at time.Time) (storage.Record, error) {
+	if r.left.Add(-1) >= 0 {
+		return storage.Record{}, errReleaseRefused
+	}
+	return r.HoldStore.ReleaseAt(channel, client, pid, at)
+}
+
+// RefuseReleases makes the named provider fail its next n releases of a
+// held publish, the broadcast log's included when it lives there (tests
+// only; called while no PUBREL is being handled).
+func (b *Broker) RefuseReleases(provider string, n int32) {
+	p := b.providers[provider]
+	r := &releaseRefuser{Provider: p, HoldStore: p.(storage.HoldStore)}
+	r.left.Store(n)
+	b.providers[provider] = r
+	if provider == b.sessionProvider {
+		b.bcastHolds = r
+	}
 }

@@ -51,6 +51,47 @@ func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code pack
 		"qos", pk.FixedHeader.Qos, "payload_bytes", len(pk.Payload), "reason", code.Reason)
 }
 
+// filterRefusals gathers the filters one SUBSCRIBE had refused one by one
+// (RFC 0002 §3.2): how many under each code (a handful of codes: a fixed
+// array, invariant 13 whatever the packet holds) and the first of them.
+type filterRefusals struct {
+	n           int
+	byCode      [256]uint32
+	first       string
+	firstCode   byte
+	firstReason string
+}
+
+func (r *filterRefusals) add(filter string, code byte, reason string) {
+	if r.n == 0 {
+		r.first, r.firstCode, r.firstReason = filter, code, reason
+	}
+	r.n++
+	r.byCode[code]++
+}
+
+// logFilterRefusals is the one line a SUBSCRIBE whose filters were refused
+// writes (operations.md §3.2: refusals at warn), however many it refused,
+// rate-limited per client with the other subscribe refusals: it names the
+// count, the first refused filter, its code and why. Every refused filter
+// is counted under its own code (saguin_subscriptions_refused_total). The
+// code is the one that decided (a 3.1.1 SUBACK answers them all 0x80).
+func (b *Broker) logFilterRefusals(cl *mqtt.Client, r *filterRefusals, filters int) {
+	if r.n == 0 {
+		return
+	}
+	var others []logging.CodeCount
+	for code, n := range r.byCode {
+		if n > 0 && byte(code) != r.firstCode {
+			others = append(others, logging.CodeCount{Code: byte(code), Count: uint64(n)})
+		}
+	}
+	b.refusals.Refused(logging.Refusal{Level: slog.LevelWarn, Client: cl.ID, Kind: refuseSubscribe,
+		Code: r.firstCode, Count: uint64(r.byCode[r.firstCode]), Others: others,
+		Msg:  "SUBSCRIBE filters refused",
+		Args: []any{"refused", r.n, "filters", filters, "filter", r.first, "reason", r.firstReason}})
+}
+
 // refusalLoop writes, every logging.RefusalInterval, how many refusals the
 // rate limit held back.
 func (b *Broker) refusalLoop(ctx context.Context) {

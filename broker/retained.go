@@ -77,12 +77,13 @@ func retainedExpired(rec *storage.Record, now time.Time) bool {
 	return !now.Before(rec.Timestamp.Add(time.Duration(*rec.MessageExpiry) * time.Second))
 }
 
-// sendRetained serves the retained values matching a new subscription
-// (MQTT 5 §3.3.1.3): with RETAIN set, after the SUBACK, not to $share, per
-// Retain Handling, and with the remaining expiry countdown.
-func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, existed bool, declared partition.Matcher) {
+// retainedFor reads the retained values a new subscription is sent (MQTT 5
+// §3.3.1.3): none to $share or per Retain Handling, none past their own
+// expiry. The caller holds retainedOrder, so the read is the retained
+// store as it was when the subscription was made (retained_order.go).
+func (b *Broker) retainedFor(sub packets.Subscription, existed bool, declared partition.Matcher) []storage.Record {
 	if sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) || len(sub.ShareName) > 0 {
-		return
+		return nil
 	}
 	now := b.clock.Now()
 	var matched []storage.Record
@@ -98,8 +99,17 @@ func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, existed
 	})
 	if err != nil {
 		b.log.Error("reading the retained store", "error", err)
-		return
+		return nil
 	}
+	return matched
+}
+
+// sendRetained writes a new subscription's retained values, read by
+// retainedFor: after the SUBACK, with RETAIN set and the remaining expiry
+// countdown. Written outside retainedOrder: a slow subscriber's socket
+// holds up no publisher (invariant 16).
+func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, matched []storage.Record) {
+	now := b.clock.Now()
 	for i := range matched {
 		rec := &matched[i]
 		m := matched1(sub, rec)

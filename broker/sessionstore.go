@@ -300,7 +300,7 @@ func (b *Broker) refusedOnRestore(st storedSession) string {
 	probe.Properties.ProtocolVersion = st.Protocol
 	for _, f := range st.Subscriptions {
 		sub := packets.Subscription{Filter: f.Filter, Qos: f.QoS, NoLocal: f.NoLocal}
-		if code := b.filterCode(probe, sub); code >= 0x80 {
+		if code, _ := b.filterCode(probe, sub); code >= 0x80 {
 			return fmt.Sprintf("filter %q answered 0x%02X", f.Filter, code)
 		}
 		if len(f.Partition) > 0 {

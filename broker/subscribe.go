@@ -101,12 +101,13 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	codes := make([]byte, len(pk.Filters))
 	var started []*consumer
 	type retainedPass struct {
-		sub     packets.Subscription
-		existed bool
+		sub  packets.Subscription
+		recs []storage.Record
 	}
 	var retained []retainedPass
 	var latestSubs []latestSubscribe
 	granted := make([]packets.Subscription, 0, len(pk.Filters))
+	var refusedHere filterRefusals
 	for i, f := range pk.Filters {
 		code := packetCode
 		if code == 0 && declared.Declared() {
@@ -115,10 +116,14 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 			var pe *partition.Error
 			if err := partition.CheckFilter(f.Filter); errors.As(err, &pe) {
 				code, reason = pe.Code(), pe.Reason()
+				refusedHere.add(f.Filter, code, reason)
 			}
 		}
 		if code == 0 {
-			code = b.filterCode(cl, f)
+			var why string
+			if code, why = b.filterCode(cl, f); code >= 0x80 {
+				refusedHere.add(f.Filter, code, why)
+			}
 		}
 		if code >= 0x80 {
 			if !v5 {
@@ -134,6 +139,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		codes[i] = f.Qos
 		granted = append(granted, f)
 	}
+	b.logFilterRefusals(cl, &refusedHere, len(pk.Filters))
 	granted = b.withinSubscriptionLimit(cl, pk, granted, codes, v5)
 	// invariant 18: a durable session's subscriptions are stored before the
 	// SUBACK grants them; a store that refuses refuses the filters.
@@ -190,13 +196,18 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		}
 		// Broadcast interest: the substrate's index serves every topic no
 		// channel claims (it never sees channel records: publish marks them
-		// ignored).
+		// ignored). The subscription is made and its retained values read
+		// as one step among retained publishes (retained_order.go), so each
+		// such publish reaches it once: in the pass, or live.
+		b.retainedOrder.Lock()
 		isNew := b.mqtt.Topics.Subscribe(cl.ID, f)
 		cl.State.Subscriptions.Add(f.Filter, f)
+		recs := b.retainedFor(f, !isNew, declared)
+		b.retainedOrder.Unlock()
 		if isNew {
 			atomic.AddInt64(&b.mqtt.Info.Subscriptions, 1)
 		}
-		retained = append(retained, retainedPass{f, !isNew})
+		retained = append(retained, retainedPass{f, recs})
 		if s != nil && !strings.HasPrefix(f.Filter, "$share/") {
 			started = append(started, b.addChannelSubscription(s, cl, f)...)
 			latestSubs = append(latestSubs, latestSubscribe{sub: f, existed: !isNew})
@@ -225,8 +236,9 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	if err != nil {
 		return pk, err
 	}
+	b.pauses.beforeRetainedPass.at()
 	for _, r := range retained {
-		b.sendRetained(cl, r.sub, r.existed, declared)
+		b.sendRetained(cl, r.sub, r.recs)
 	}
 	for _, c := range started {
 		c.start(cl)
@@ -290,8 +302,8 @@ func withSubscriptions(cl *mqtt.Client, granted []packets.Subscription) []packet
 }
 
 // filterCode decides one filter: the granted QoS, or the refusal RFC 0002
-// §3.2 names for it.
-func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) byte {
+// §3.2 names for it and why (for the log line, logFilterRefusals).
+func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, string) {
 	filter := f.Filter
 	lim := b.cfg.Broker.Limits
 	inner := filter
@@ -299,39 +311,40 @@ func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) byte {
 		group, in, ok := strings.Cut(rest, "/")
 		if !ok || group == "" || strings.ContainsAny(group, "+#") || in == "" ||
 			strings.HasPrefix(strings.ToLower(in), "$share/") {
-			return subackFilterInvalid
+			return subackFilterInvalid, "a shared subscription is $share/<group>/<filter>, the group named without wildcards"
 		}
 		if cl.Properties.ProtocolVersion < 5 {
-			return subackFilterInvalid
+			return subackFilterInvalid, "shared subscriptions need MQTT 5"
 		}
 		inner = in
 	} else if strings.HasPrefix(strings.ToLower(filter), "$share/") {
-		return subackFilterInvalid // $share must be lower case
+		return subackFilterInvalid, "$share is written in lower case"
 	}
 	if err := topic.ValidFilter(inner); err != nil {
-		return subackFilterInvalid
+		return subackFilterInvalid, err.Error()
 	}
-	if strings.Count(inner, "/")+1 > lim.MaxTopicLevels {
-		return subackFilterInvalid
+	if n := strings.Count(inner, "/") + 1; n > lim.MaxTopicLevels {
+		return subackFilterInvalid, fmt.Sprintf("filter has %d levels; limits.max_topic_levels is %d", n, lim.MaxTopicLevels)
 	}
 	if inner == "$SYS" || strings.HasPrefix(inner, "$SYS/") {
 		// $SYS exactly: topics are case-sensitive (MQTT 5 §4.7.3), and
 		// $SYSTEM/x or $sys/x are ordinary, as they are to publish.
-		return subackNotAuthorized
+		return subackNotAuthorized, "$SYS is the broker's"
 	}
 	if strings.HasPrefix(inner, "$saguin/") {
 		if inner != filter {
-			return subackNotAuthorized // neither reserved space inside $share/
+			return subackNotAuthorized, "$saguin/ subscriptions cannot be shared"
 		}
 		if name, ok := strings.CutPrefix(inner, "$saguin/queue/"); ok {
 			return b.queueFormCode(cl, f, name)
 		}
 		if name, ok := seekReplyChannel(inner); ok {
 			if ch := b.channels[name]; ch != nil && ch.log != nil {
-				return min(f.Qos, 2)
+				return min(f.Qos, 2), ""
 			}
+			return subackNotAuthorized, fmt.Sprintf("%s is not an append channel, which seek replies come from", name)
 		}
-		return subackNotAuthorized
+		return subackNotAuthorized, "no such $saguin/ subscription: the forms are $saguin/queue/<queue> and $saguin/consumer/<channel>/seek/reply"
 	}
 	// invariant 11: a filter lying wholly inside a queue's filter, and
 	// reaching that queue, would be granted and then served none of what it
@@ -345,33 +358,33 @@ func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) byte {
 		}
 		for _, qf := range q.cfg.Filters {
 			if topic.Inside(inner, qf) {
-				return subackFilterInvalid
+				return subackFilterInvalid, fmt.Sprintf("the filter lies inside queue %s; a queue is consumed by subscribing to $saguin/queue/%s", q.name, q.name)
 			}
 		}
 	}
-	return min(f.Qos, 2)
+	return min(f.Qos, 2), ""
 }
 
 // queueFormCode decides a subscription to $saguin/queue/<name>: the one form
 // that consumes a queue (invariant 4). The last level is compared as a name,
 // not as a filter, so no wildcard or deeper form can stand in for it.
-func (b *Broker) queueFormCode(cl *mqtt.Client, f packets.Subscription, name string) byte {
+func (b *Broker) queueFormCode(cl *mqtt.Client, f packets.Subscription, name string) (byte, string) {
 	if b.engines[name] == nil {
-		return subackFilterInvalid // not a queue (a __dlq name included)
+		return subackFilterInvalid, fmt.Sprintf("%s is not a queue", name) // a __dlq name included
 	}
 	if cl.Properties.ProtocolVersion < 5 {
 		// A worker needs Correlation Data and a Response Topic to answer.
-		return subackFilterInvalid
+		return subackFilterInvalid, "a queue worker needs MQTT 5: it answers with Correlation Data and a Response Topic"
 	}
 	if f.NoLocal {
 		// A job withheld from the one worker that published it would never
 		// move again (RFC 0003 "Delivery").
-		return subackFilterInvalid
+		return subackFilterInvalid, "a queue is consumed without No Local"
 	}
 	if f.Qos == 0 {
-		return subackImplementation // a job needs a PUBACK to lease
+		return subackImplementation, "a queue is consumed at QoS 1: a job is leased at its PUBACK" // a job needs a PUBACK to lease
 	}
-	return 1 // QoS 2 is granted as 1
+	return 1, "" // QoS 2 is granted as 1
 }
 
 func seekReplyChannel(filter string) (string, bool) {

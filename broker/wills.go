@@ -258,6 +258,12 @@ func (b *Broker) publishWill(id string, w *will) {
 			"topic", w.topic, "reason", codeNotAuthorized.Reason)
 		return
 	}
+	if b.retainedBroadcast(as, pk) {
+		// Stored here and fanned out by the injection below: one step
+		// among new subscriptions (retained_order.go).
+		b.retainedOrder.RLock()
+		defer b.retainedOrder.RUnlock()
+	}
 	out, err := b.publish(as, pk)
 	switch {
 	case err == nil:

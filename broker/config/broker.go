@@ -16,6 +16,9 @@ type parsed struct {
 	storageOK bool
 	// named records which providers something names (inert-provider warning).
 	named map[string]bool
+	// memoryBounds is each memory provider's max_bytes as written, in
+	// file order (wordsize.go).
+	memoryBounds []memoryBound
 }
 
 // Defaults of the other broker blocks (RFC 0002 §1.8).

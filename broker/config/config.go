@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -269,7 +270,13 @@ type Session struct {
 // configuration, or a *Findings listing every problem found, the checks'
 // included, in one order.
 func Load(path string, checks ...Check) (*Config, error) {
+	return loadFor(path, strconv.IntSize, checks...)
+}
+
+// loadFor is Load as a build of the given word size would judge the file.
+func loadFor(path string, wordSize int, checks ...Check) (*Config, error) {
 	l := &loader{
+		wordSize: wordSize,
 		source:   path,
 		files:    map[string]int{},
 		budget:   maxYAMLNodes,
@@ -339,6 +346,7 @@ func (l *loader) load(path string) *Config {
 	l.checkChannelSet(cfg, b)
 	l.finishIncludes()
 	l.warnInert(cfg, b)
+	l.warnAddressSpace(b)
 	sort.Slice(cfg.Channels, func(i, j int) bool { return cfg.Channels[i].Name < cfg.Channels[j].Name })
 	cfg.byName = make(map[string]int, len(cfg.Channels))
 	for i, c := range cfg.Channels {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -135,6 +136,21 @@ func (l *loader) duration(v val, k durKey) (d time.Duration, none bool, ok bool)
 		return 0, none, ok
 	}
 	d, err := ParseDuration(s)
+	var frac *durationFraction
+	if err != nil && !k.subSecond && errors.As(err, &frac) {
+		if secs, ok := frac.wholeSeconds(); ok {
+			// RFC 0002 §1.1: only five keys honour milliseconds; the
+			// spelling ParseDuration suggests ("1500ms") would be refused
+			// here next. Rounded, as the operator who wrote 1.5s meant
+			// about that long.
+			orNone := ""
+			if k.none {
+				orNone = " (or none)"
+			}
+			l.add(v, "whole numbers only, and this key is held in whole seconds; write %ds%s", secs, orNone)
+			return 0, false, false
+		}
+	}
 	if err != nil {
 		if k.none {
 			l.add(v, "%v (or none)", err)

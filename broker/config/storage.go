@@ -126,6 +126,9 @@ func (l *loader) provider(g group, p *parsed) {
 		if good && !none {
 			pr.MaxBytes = n
 			l.checkReserve(mv, typ, n, p)
+			if typ == "memory" {
+				p.memoryBounds = append(p.memoryBounds, memoryBound{provider: g.name, bytes: n, at: mv})
+			}
 		}
 	}
 	for _, k := range []string{"commit_interval", "commit_max_records"} {

@@ -43,7 +43,7 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, errors.New("a duration is a whole number and one unit (ms, s, m, h or d), like 30s or 90m")
 	}
 	if strings.HasPrefix(unitText, ".") || strings.HasPrefix(unitText, ",") {
-		return 0, fractionError(s, durationSteps)
+		return 0, durationFractionError(s)
 	}
 	var unit time.Duration
 	for _, u := range durationUnits {
@@ -188,13 +188,8 @@ var sizeSteps = []step{{"TiB", "GiB", 1024}, {"GiB", "MiB", 1024}, {"MiB", "KiB"
 // spelling when a smaller unit has one.
 func fractionError(s string, steps []step) error {
 	const generic = "whole numbers only; write the value in a smaller unit"
-	i := strings.IndexFunc(s, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.' || r == ',') })
-	if i < 0 {
-		return errors.New(generic)
-	}
-	num, unit := strings.Replace(s[:i], ",", ".", 1), s[i:]
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
+	f, unit, ok := splitFraction(s)
+	if !ok {
 		return errors.New(generic)
 	}
 	for k, st := range steps {
@@ -203,10 +198,71 @@ func fractionError(s string, steps []step) error {
 		}
 		for _, down := range steps[k:] {
 			f *= down.factor
-			if f == math.Trunc(f) && f < 1e15 {
-				return fmt.Errorf("whole numbers only; write %d%s", int64(f), down.smaller)
+			// Within a rounding error of a whole number: 0.1m is 6s,
+			// though 0.1 × 60 is not exactly 6 in binary.
+			if r := math.Round(f); math.Abs(f-r) <= 1e-9*max(1, r) && r < 1e15 {
+				return fmt.Errorf("whole numbers only; write %d%s", int64(r), down.smaller)
 			}
 		}
 	}
 	return errors.New(generic)
+}
+
+// splitFraction reads a fractional value ("1.5h", "1,5h") as its number and
+// its unit.
+func splitFraction(s string) (float64, string, bool) {
+	i := strings.IndexFunc(s, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.' || r == ',') })
+	if i < 0 {
+		return 0, "", false
+	}
+	num, unit := strings.Replace(s[:i], ",", ".", 1), s[i:]
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return 0, "", false
+	}
+	return f, unit, true
+}
+
+// durationFraction is ParseDuration's refusal of a fractional value. Its
+// message names the whole-number spelling in a smaller unit; it keeps the
+// value written, so a key held in whole seconds can suggest seconds instead
+// of milliseconds it would refuse (loader.duration).
+type durationFraction struct {
+	msg   string
+	value float64 // nanoseconds; NaN when the number could not be read
+}
+
+func (e *durationFraction) Error() string { return e.msg }
+
+// wholeSeconds is the value rounded to whole seconds (half up), at least
+// 1s — 0 is a sentinel on the keys that take whole seconds — when it is
+// not whole seconds already (ok false then, or when it is too long for a
+// duration at all: ParseDuration's own message stands).
+func (e *durationFraction) wholeSeconds() (secs int64, ok bool) {
+	if math.IsNaN(e.value) || e.value >= float64(math.MaxInt64) {
+		return 0, false
+	}
+	ms := math.Round(e.value / float64(time.Millisecond))
+	if math.Mod(ms, 1000) == 0 {
+		return 0, false
+	}
+	return max(1, int64(math.Floor(ms/1000+0.5))), true
+}
+
+func durationFractionError(s string) error {
+	e := &durationFraction{msg: fractionError(s, durationSteps).Error(), value: math.NaN()}
+	f, unit, ok := splitFraction(s)
+	if !ok {
+		return e
+	}
+	for _, u := range durationUnits {
+		if u.suffix == unit {
+			e.value = f * float64(u.unit)
+		}
+	}
+	if unit == "ms" && !math.IsNaN(e.value) && f < 1e15 {
+		// Nothing is smaller: the fraction is rounded.
+		e.msg = fmt.Sprintf("whole numbers only, and milliseconds are the smallest unit; write %dms", max(1, int64(math.Floor(f+0.5))))
+	}
+	return e
 }

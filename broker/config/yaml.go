@@ -55,6 +55,9 @@ type loader struct {
 	// at is where each key read is written (Config.At): one entry per key
 	// of the schema read, bounded like the reading itself (maxYAMLNodes).
 	at map[string]Finding
+	// wordSize is the build's int size in bits (strconv.IntSize; a test
+	// sets another): what a 32-bit process can address (wordsize.go).
+	wordSize int
 }
 
 // remember records where a key read is written, its value as written when

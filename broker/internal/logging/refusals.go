@@ -46,9 +46,19 @@ type Refusal struct {
 	// Count is how many refusals this stands for (0 means 1: a SUBACK may
 	// refuse several filters at once).
 	Count uint64
+	// Others are further refusals the same line stands for, counted under
+	// their own codes: a SUBACK refusing filters with different codes is
+	// one line, each filter counted under the code it was answered.
+	Others []CodeCount
 	// Msg and Args are the line: a message and slog key-value pairs.
 	Msg  string
 	Args []any
+}
+
+// CodeCount is a number of refusals answered with one reason code.
+type CodeCount struct {
+	Code  byte
+	Count uint64
 }
 
 // RefusalCount is how many refusals of one kind and code were given since
@@ -114,6 +124,10 @@ func (r *RefusalLog) Refused(f Refusal) {
 	key := Cut(f.Client, refusalKeyMax) + "\x00" + f.Kind
 	r.mu.Lock()
 	r.counts[countKey{f.Kind, f.Code}] += n
+	for _, o := range f.Others {
+		r.counts[countKey{f.Kind, o.Code}] += o.Count
+		n += o.Count // what a summary says was not logged
+	}
 	r.roll(now)
 	e, ok := r.entries[key]
 	var held uint64
