@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"saguin.dev/broker/config"
+	"saguin.dev/broker/internal/logging"
 )
 
 // scriptConn is a client socket that sends a fixed byte stream, at most
@@ -45,8 +46,10 @@ type testConn struct {
 func scriptedConn(t testing.TB, f framer, stream []byte, chunk int) testConn {
 	t.Helper()
 	sc := &scriptConn{in: stream, chunk: chunk}
-	l := &admitListener{g: newGate(config.Limits{MaxConnections: 1}), log: slog.New(slog.DiscardHandler),
-		pending: map[*clientConn]struct{}{}, done: make(chan struct{})}
+	discard := slog.New(slog.DiscardHandler)
+	l := &admitListener{g: newGate(config.Limits{MaxConnections: 1}), log: discard,
+		refusals: logging.NewRefusalLog(discard, time.Now),
+		pending:  map[*clientConn]struct{}{}, done: make(chan struct{})}
 	return testConn{clientConn: &clientConn{Conn: sc, l: l, closedCh: make(chan struct{}), fr: f}, sc: sc}
 }
 
