@@ -225,6 +225,7 @@ func (b *Broker) logBroadcast(m *broadcastMsg) func() {
 	t, ts := l.begin(b.clock.Now())
 	stored := recordOfMsg(m, ts, b.ids.New(ts))
 	var rec storage.Record
+	// invariant 16: one write keeps the message, however many sessions are owed it: the one storage wait a broadcast publisher has.
 	err := b.withLogRoom(stored.Size(), func() (err error) {
 		rec, err = l.log.Append(stored)
 		return err

@@ -25,6 +25,7 @@ func (b *Broker) withLogRoom(need int64, write func() error) error {
 	if err == nil || !errors.Is(err, storage.ErrFull) {
 		return err
 	}
+	// invariant 13: at the bound the oldest logged messages nobody has on the wire give way; the log never grows past it.
 	if !b.relieveLog(need) {
 		return err
 	}

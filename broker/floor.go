@@ -111,6 +111,7 @@ func (b *Broker) passedPositions(s *session) ([]passedPosition, error) {
 			}
 			pos = p.Offset
 		}
+		// invariant 1: a position retention passed is found and reported, never served as if nothing happened.
 		if floor := ch.log.Floor(); pos < floor {
 			out = append(out, passedPosition{ch: ch, position: pos, floor: floor})
 		}

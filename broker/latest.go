@@ -74,6 +74,7 @@ func (b *Broker) storeLatest(ch *channel, rec storage.Record) error {
 // deletion_retention_period. A record with no timestamp is never too old.
 // The publisher's Message Expiry plays no part (invariant 2).
 func latestServable(ch *channel, rec *storage.Record, now time.Time) bool {
+	// invariant 2: retention decides what is served; the publisher's Message Expiry plays no part.
 	period := ch.cfg.RetentionPeriod
 	if isTombstone(rec) {
 		period = ch.cfg.DeletionRetentionPeriod

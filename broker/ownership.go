@@ -135,6 +135,7 @@ func (b *Broker) teardown(cl *mqtt.Client, expire bool) {
 	if cc, ok := cl.Net.Conn.(*clientConn); !ok || !cc.holdUntilServed(release) {
 		defer release()
 	}
+	// invariant 17: the substrate's table is touched only while its entry is still this connection.
 	if cur, ok := b.mqtt.Clients.Get(cl.ID); ok && cur == cl && !cl.IsTakenOver() {
 		cl.ClearInflights()
 		b.mqtt.UnsubscribeClient(cl)
@@ -224,6 +225,7 @@ func (b *Broker) correctConnack(cl *mqtt.Client, pk packets.Packet) packets.Pack
 	if !ok || pk.ReasonCode != 0 {
 		return pk
 	}
+	// invariant 18: the CONNACK says only what the store holds.
 	if h.ended || h.refusal != 0 {
 		pk.SessionPresent = false
 	}
@@ -297,6 +299,7 @@ func (b *Broker) owns(cl *mqtt.Client) bool {
 // that connection: it has been told 0x8E.
 func (b *Broker) ownerTurn(cl *mqtt.Client) (release func(), owner bool) {
 	b.claims.acquire(cl.ID, cl)
+	// invariant 17: a replaced connection's packet changes nothing.
 	if !b.owns(cl) {
 		b.claims.release(cl.ID, cl)
 		return nil, false

@@ -40,6 +40,7 @@ func (b *Broker) storeSessionOrRetry(s *session, cl *mqtt.Client, at string) {
 	if b.claims.unstored == nil {
 		b.claims.unstored = make(map[string]*session)
 	}
+	// invariant 18: a session write the store refused is kept and written again every second until it lands.
 	b.claims.unstored[s.id] = s
 }
 

@@ -141,6 +141,7 @@ func (b *Broker) holdStoreOf(ch *channel) storage.HoldStore {
 // §3.3): 0x97 at the per-client allowance (the connection stays) or when
 // the channel or its provider has no room, nothing held.
 func (b *Broker) holdPublish(cl *mqtt.Client, pk packets.Packet, ch *channel) (packets.Packet, error) {
+	// invariant 17: a connection that no longer owns the id holds nothing for it.
 	if s := b.sessionOf(cl.ID); s != nil && s.owner() != cl {
 		return b.refuse(cl, pk, codeTakenOver)
 	}
@@ -158,6 +159,7 @@ func (b *Broker) holdPublish(cl *mqtt.Client, pk packets.Packet, ch *channel) (p
 		q.mu.Unlock()
 		return pk, packets.CodeSuccessIgnore
 	}
+	// invariant 13: the per-client allowance is judged before anything is held.
 	if max := b.cfg.Broker.QoS2.MaxInflightPerClient; len(held) >= max {
 		q.mu.Unlock()
 		return b.refuse(cl, pk, withReason(codeQuotaExceeded,
@@ -204,6 +206,7 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 		q.mu.Unlock()
 		return pk, nil
 	}
+	// invariant 17: a taken-over connection completes nothing: the exchange is the new owner's.
 	if s := b.sessionOf(cl.ID); s != nil && s.owner() != cl {
 		// No PUBCOMP on a connection whose client id was taken over: the
 		// exchange is the new owner's to finish (RFC 0003 §2).
@@ -243,6 +246,7 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 			}
 		}
 	}
+	// invariant 18: PUBCOMP only once the release has stored the record.
 	rec, err := hs.Release(ex.channel, cl.ID, pk.PacketID)
 	switch {
 	case err == nil:

@@ -248,6 +248,7 @@ func (a queueAck) acked(pid uint16) {
 		q.countAttempt(d, now)
 	}
 	q.mu.Lock()
+	// invariants 6, 7: the PUBACK starts the lease and its deadline, now and not at the send; it resolves nothing.
 	if q.out[d.offset] == d && d.state == delivering {
 		d.state = leased
 		d.deadline = now.Add(q.ch.cfg.VisibilityTimeout)
@@ -286,6 +287,7 @@ func isVerdict(payload string) bool { return payload == "ack" || payload == "ret
 func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload string) {
 	now := q.b.clock.Now()
 	q.mu.Lock()
+	// invariant 3: only the current delivery, answered by its holder, decides anything.
 	d, ok := q.byID[string(id)]
 	switch {
 	case !ok:
@@ -319,6 +321,7 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 		q.countAttempt(d, now)
 	}
 	if payload == "ack" {
+		// invariant 6: only the worker's ack resolves a job, never its PUBACK.
 		if err := q.ch.queue.Resolve(d.offset); err != nil {
 			q.b.log.Error("resolving a job", "queue", q.ch.name, "offset", d.offset, "error", err)
 			// Unresolved: the job goes back and is offered again.
@@ -419,6 +422,7 @@ func (q *queueEngine) expireLeases() {
 	var expired []*delivery
 	q.mu.Lock()
 	for _, d := range q.out {
+		// invariant 7: only a leased (PUBACKed) job has a deadline; a delivering one is never timed.
 		if d.state == leased && !d.ending && !now.Before(d.deadline) {
 			expired = append(expired, d)
 		}
@@ -451,6 +455,7 @@ func (q *queueEngine) sweepExpired() {
 			if it.Timestamp.IsZero() || now.Sub(it.Timestamp) <= exp {
 				continue
 			}
+			// invariant 2: an expired job is dead-lettered, never dropped unprocessed.
 			q.deadLetter(it.Offset, "expired", nil) // skipped if it is out with a worker
 		}
 	}
@@ -509,6 +514,7 @@ func (q *queueEngine) deadLetter(offset uint64, reason string, holder *delivery)
 		q.b.log.Error("dead-letter topic", "queue", q.ch.name, "topic", item.Topic, "error", err)
 		return
 	}
+	// invariant 5: one storage operation moves the job; a failed move leaves it in the queue.
 	if _, err := q.ch.queue.DeadLetter(offset, dlqTopic, extra, now); err != nil {
 		q.b.log.Error("dead-letter move failed; the job stays in the queue", "queue", q.ch.name, "offset", offset, "error", err)
 		return

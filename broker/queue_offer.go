@@ -142,6 +142,7 @@ func (q *queueEngine) freeWorkerLocked() (*worker, int) {
 // newDeliveryID makes an opaque Delivery ID: the engine's epoch and eight
 // random bytes, so it is unique per attempt and never guessable from another.
 func (q *queueEngine) newDeliveryIDLocked() string {
+	// invariant 3: a fresh ID per attempt, from an advancing epoch: no answer to an earlier attempt names this one.
 	q.epoch++
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], q.epoch)

@@ -92,6 +92,7 @@ func (p *publishBudgets) admit(id string, size int, now time.Time) (ok bool, whi
 	if p.byID == nil {
 		p.byID = make(map[string]*clientBudget)
 	}
+	// invariant 13: a refilled budget is dropped, so the map holds only ids within a refill time.
 	if now.Sub(p.pruned) >= time.Second {
 		p.pruned = now
 		for k, cb := range p.byID {

@@ -71,6 +71,7 @@ func retainedRefusal(err error) packets.Code {
 // MQTT says (MQTT-3.3.2-5); this is MQTT's store, not a channel, so the
 // publisher's clock applies here and nowhere else (invariant 2).
 func retainedExpired(rec *storage.Record, now time.Time) bool {
+	// invariant 2: Message Expiry removes MQTT's retained value, never a channel record.
 	if rec.MessageExpiry == nil || rec.Timestamp.IsZero() {
 		return false
 	}

@@ -135,6 +135,7 @@ func (b *Broker) settleRetained() error {
 // delivery), everything the publisher sent kept.
 func asLatestValue(rec storage.Record) storage.Record {
 	rec.Offset = 0
+	// invariant 10: a client's saguin-* headers never pass for the channel's own.
 	kept := rec.Headers[:0:0]
 	for _, h := range rec.Headers {
 		if !strings.HasPrefix(h.Name, reservedPrefix) {

@@ -369,6 +369,7 @@ func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, stri
 // that consumes a queue (invariant 4). The last level is compared as a name,
 // not as a filter, so no wildcard or deeper form can stand in for it.
 func (b *Broker) queueFormCode(cl *mqtt.Client, f packets.Subscription, name string) (byte, string) {
+	// invariant 4: the one form that consumes a queue; its name is compared whole, never matched as a filter.
 	if b.engines[name] == nil {
 		return subackFilterInvalid, fmt.Sprintf("%s is not a queue", name) // a __dlq name included
 	}
@@ -407,6 +408,7 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 	reached := b.resolver.Reaching(f.Filter)
 	var logs []*channel
 	for _, name := range reached {
+		// invariant 11: a consumer for each append channel reached; a queue's jobs go to its $saguin/queue/ workers alone.
 		if ch := b.channels[name]; ch != nil && ch.log != nil {
 			logs = append(logs, ch)
 		}

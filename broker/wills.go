@@ -264,6 +264,7 @@ func (b *Broker) publishWill(id string, w *will) {
 		b.retainedOrder.RLock()
 		defer b.retainedOrder.RUnlock()
 	}
+	// invariants 10, 13: a Will takes the clients' publish path: its saguin-* properties stripped, its topic and header bounds applied.
 	out, err := b.publish(as, pk)
 	switch {
 	case err == nil:

@@ -124,6 +124,7 @@ func (l *loader) limits(v val, present bool) (Limits, limitsValid) {
 		"it is a number of connections, 1 or more", &lim.MaxConnections)
 	intKey("max_subscriptions", 1, math.MaxInt32,
 		"it is a number of subscriptions per client, 1 or more", &lim.MaxSubscriptions)
+	// invariant 13: no "none": a session a client never returns to still ends.
 	if kv, has := m.get("max_session_expiry"); has {
 		d, _, good := l.duration(kv, durKey{
 			noneFix:  "a session that never expires is not bounded (invariant 13); write a duration like 30d",
@@ -214,6 +215,7 @@ func (l *loader) limits(v val, present bool) (Limits, limitsValid) {
 		}
 	}
 	queueSet := false
+	// invariant 13: no "none": what a session is owed is always bounded.
 	if kv, has := m.get("session_queue_bytes"); has {
 		n, _, good := l.size(kv, sizeKey{
 			noneFix: "a session's queue is always bounded (invariant 13); write a size like 1MiB, at least max_message_size",

@@ -152,6 +152,7 @@ func (n *node) resolve(t string, pos int, dollarFirst bool) string {
 		}
 		return n.hash
 	}
+	// invariant 12: a literal level, then +, then #: the most exact filter holds the topic, whatever the configuration's order.
 	end := levelEnd(t, pos)
 	if c := n.lit[t[pos:end]]; c != nil {
 		if ch := c.resolve(t, end+1, false); ch != "" {

@@ -18,7 +18,7 @@ const maxIntegrityLines = 20
 
 // checkIntegrity runs SQLite's integrity_check on what a power cut left of
 // the broker's database (the issue: "the database passes integrity_check";
-// invariant 14: a power cut loses a tail, never the file). It works on a
+// by invariant 14 a power cut loses a tail, never the file). It works on a
 // copy of the database and its WAL taken from the backing directory — the
 // disk itself, not the FUSE mount, which this process serves and must never
 // map (chaos/faultfs README) — so the broker's files stay exactly as the cut

@@ -223,6 +223,7 @@ func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.
 	if !at.IsZero() {
 		rec.Timestamp = at
 	}
+	// invariant 1: the offset is taken now, at the release, never at the hold.
 	out, undo := t.write(rec, size)
 	if f := p.faults.BetweenReleaseHalves; f != nil {
 		if err := f(); err != nil {

@@ -106,6 +106,7 @@ func (l *appendLog) Append(rec storage.Record) (storage.Record, error) {
 // appendLocked takes the next offset; the caller holds mu and has charged
 // size to the provider.
 func (l *appendLog) appendLocked(rec storage.Record, size int64) storage.Record {
+	// invariant 9: the offset comes from the stored counter, never from the records held.
 	rec.Offset = l.next
 	l.next++
 	l.recs.Push(rec)
@@ -132,6 +133,7 @@ func (l *appendLog) Read(from uint64, max int) ([]storage.Record, uint64, error)
 		return nil, 0, l.errf("%w", storage.ErrClosed)
 	}
 	floor := l.floor
+	// invariant 1: below the floor is refused, never served the oldest survivor.
 	if from < floor {
 		return nil, floor, l.errf("read from %d, floor is %d: %w", from, floor, storage.ErrBelowFloor)
 	}
@@ -232,6 +234,7 @@ func (l *appendLog) Trim(olderThan time.Time, maxBytes int64) (int, int64, error
 	if i == 0 {
 		return 0, 0, nil
 	}
+	// invariant 1: the floor rises under the deletion's lock, on the size path too.
 	l.floor = max(l.floor, l.recs.At(i-1).Offset+1)
 	l.recs.DropFront(i)
 	l.bytes -= freed

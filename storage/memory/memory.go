@@ -153,6 +153,7 @@ func (p *Provider) admit(n int64) bool {
 		p.bytes.Add(n)
 		return true
 	}
+	// invariants 2, 13: at the bound a write is refused; nothing is evicted to make room.
 	limit := p.maxBytes - p.reserve
 	for {
 		cur := p.bytes.Load()
@@ -307,6 +308,7 @@ func (p *Provider) Values(name string) (storage.ValueStore, error) {
 // puts back it also counts (invariant 13), loaded whole even over the
 // bound, which then refuses publishes until there is room.
 func (p *Provider) attach(name string, u *unit) {
+	// invariant 13: what a start puts back is counted against the bound too.
 	delete(p.restored, name)
 	if u.values != nil {
 		p.values[name] = u.values

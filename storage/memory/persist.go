@@ -144,6 +144,7 @@ func (p *Provider) writeFile(name string, data []byte) (err error) {
 	if _, err = f.Write(data); err != nil {
 		return err
 	}
+	// invariant 14: the replacement is synced before it takes the known-good file's name.
 	if err = f.Sync(); err != nil {
 		return err
 	}
@@ -445,6 +446,7 @@ func (p *Provider) readFile(path string, kind snapshot.Kind) (snapshot.Header, [
 	if err != nil {
 		return snapshot.Header{}, nil, p.fileErr(path, err)
 	}
+	// invariant 14: a damaged file is a startup error naming it, never an empty start.
 	h, body, err := snapshot.Parse(data)
 	if err != nil {
 		return h, nil, p.fileErr(path, err)

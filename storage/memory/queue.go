@@ -65,6 +65,7 @@ func (q *queueStore) Enqueue(rec storage.Record) (storage.Record, error) {
 		return storage.Record{}, q.errf("job of %d bytes: provider at max_bytes %d less reserve %d: %w",
 			size, q.p.maxBytes, q.p.reserve, storage.ErrFull)
 	}
+	// invariant 9: the offset comes from the stored counter, never from the jobs held.
 	rec.Offset = q.next
 	q.next++
 	q.items = append(q.items, qitem{QueueItem: storage.QueueItem{Record: rec}})
@@ -218,6 +219,7 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 	if !ok {
 		return storage.Record{}, q.notFound(offset)
 	}
+	// invariant 8: the dead letter keeps the job's Message ID; only its offset is new.
 	rec := q.items[i].Record
 	rec.Topic = topic
 	if len(extra) > 0 {
@@ -228,6 +230,7 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 	size := rec.Size()
 
 	l := q.dlq
+	// invariant 5: both halves under both locks; a failure between them undoes the append.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.p.bytes.Add(size)

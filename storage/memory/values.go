@@ -89,6 +89,7 @@ func (v *valueStore) Put(rec storage.Record) (storage.Record, error) {
 	} else {
 		v.p.bytes.Add(grow) // gives back what a smaller value frees
 	}
+	// invariant 9: the offset comes from the stored counter, which never moves back.
 	rec.Offset = v.next
 	v.next++
 	stored := &rec

@@ -42,6 +42,7 @@ func (l *appendLog) Read(from uint64, max int) ([]storage.Record, uint64, error)
 			return fmt.Errorf("read bounds: %w", err)
 		}
 		floor = uint64(f)
+		// invariant 1: below the floor is refused, never served the oldest survivor.
 		if from < floor {
 			return fmt.Errorf("storage %s: append %s: offset %d is below the floor %d: %w", l.p.opts.Name, l.ch.name, from, floor, storage.ErrBelowFloor)
 		}
@@ -179,6 +180,7 @@ func (l *appendLog) Trim(olderThan time.Time, maxBytes int64) (removed int, free
 			if _, err := w.st[stTrimDelete].ExecContext(ctx, ch.id, int64(floor), int64(newFloor)); err != nil {
 				return err
 			}
+			// invariant 1: the floor rises in the deletion's own transaction, on the size path too.
 			_, err = w.st[stUpdateFloorBytes].ExecContext(ctx, int64(newFloor), bytes-freed, ch.id)
 			return err
 		})

@@ -139,6 +139,7 @@ func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.
 			return fmt.Errorf("storage %s: %s %s is at its max_bytes %d: %w", p.opts.Name, ch.kind, ch.name, bound, storage.ErrFull)
 		}
 		r.out = rec
+		// invariant 1: the offset is taken at the release, never at the hold.
 		r.out.Offset = next
 		err = w.txn(true, func(ctx context.Context) error {
 			if err := w.insert(ctx, r); err != nil {

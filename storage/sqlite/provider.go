@@ -428,7 +428,8 @@ func (w *writer) loadChannel(ch *channel) error {
 			return err
 		}
 	} else if maxOffset.Valid && maxOffset.Int64 >= next {
-		// A row at or past the stored next would be reissued (invariant 9).
+		// invariant 9: next is the stored counter, never MAX(offset)+1; a row at
+		// or past it would be reissued.
 		return fmt.Errorf("channel %s holds offset %d at or past its stored next %d: refusing to reuse offsets", ch.name, maxOffset.Int64, next)
 	}
 	ch.next, ch.floor, ch.bytes = uint64(next), uint64(floor), bytes

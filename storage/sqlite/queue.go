@@ -187,6 +187,7 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 			if err != nil {
 				return err
 			}
+			// invariant 8: the dead letter keeps the job's Message ID; only its offset is new.
 			rec = it.Record
 			rec.Offset = next
 			rec.Topic = topic
@@ -232,6 +233,7 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 				return err
 			}
 		} else {
+			// invariant 5: both halves in one transaction: both commit or neither does.
 			err := w.txn(true, func(ctx context.Context) error {
 				if err := write(ctx); err != nil {
 					return err

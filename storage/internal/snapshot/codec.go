@@ -85,8 +85,8 @@ func (e *Encoder) Record(r *storage.Record) {
 	e.Uint8(0) // extras flag: channel records carry none of the broadcast-log extras
 }
 
-// QueueItem writes a record and what survives about its deliveries. No
-// holder, Delivery ID, deadline or epoch: invariant 15.
+// QueueItem writes a record and what survives about its deliveries.
+// invariant 15: no holder, Delivery ID, deadline or epoch is written.
 func (e *Encoder) QueueItem(it *storage.QueueItem) {
 	e.Record(&it.Record)
 	e.Uint32(it.Attempts)
@@ -215,6 +215,7 @@ func (d *Decoder) Bytes(what string) []byte {
 // checked it is at most the bytes present, so it fits an int.
 func (d *Decoder) Count(what string, minSize int) int {
 	n := uint64(d.Uint32())
+	// invariant 13: a count the bytes present cannot hold is refused before anything is allocated for it.
 	if d.err == nil && n > uint64(d.Remaining()/minSize) {
 		d.Fail("%s count %d needs at least %d bytes, %d remain", what, n, n*uint64(minSize), d.Remaining())
 		return 0

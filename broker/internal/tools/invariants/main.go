@@ -1,11 +1,21 @@
-// Command invariants prints the table `make invariants` shows: the eighteen
-// invariants, the guards that cover each — tests named TestInvariantNN_*
-// anywhere in the repository, and the chaos harness's checks — and whether
-// they passed. It reads the output of `go test -json` on standard input;
-// -catalog names the chaos checks (chaos -catalog) and -reports the
-// report.json files of the last chaos campaigns (make chaos-short), whose
-// verdicts are the checks' pass/fail. An invariant with no guard, or with a
-// guard that failed, makes it exit non-zero.
+// Command invariants prints the table `make invariants` shows: for each of
+// the eighteen invariants (docs/invariants.md), the guards that cover it —
+// tests named TestInvariantNN_* anywhere in the repository, and the chaos
+// harness's checks — and the code that keeps it: every comment line in
+// non-test Go source that begins "invariant N:", with its file, line and the
+// function (or type, constant, variable) it sits in, found by parsing the
+// source rather than by matching text, so a marker names where it is.
+//
+// It reads the output of `go test -json` on standard input and gives each
+// guard's pass/fail; with -check it runs nothing and reads nothing, and the
+// guards are the test functions the source declares (the cheap mode make
+// test runs). -catalog names the chaos checks (chaos -catalog) and -reports
+// the report.json files of the last chaos campaigns (make chaos-short), whose
+// verdicts are the checks' pass/fail.
+//
+// It exits 1, with a line naming each one, when an invariant has no guard,
+// no code marked as keeping it, or a guard that failed; 2 when it cannot
+// read what it was given.
 package main
 
 import (
@@ -13,82 +23,296 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 )
 
-// chaosCheck is one entry of the chaos harness's catalog.
-type chaosCheck struct {
-	Name       string
-	Invariants []int
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// chaosReport is the part of a campaign's report.json read here.
-type chaosReport struct {
-	Control    string   `json:"control"`
-	Checks     []string `json:"checks"`
-	Violations []string `json:"violations"`
+type options struct {
+	root      string
+	check     bool
+	verbose   bool
+	catalog   string
+	reports   string
+	harnesses []string
 }
 
-// maxReports bounds how many campaign reports are read (invariant 13).
-const maxReports = 1000
-
-// chaosVerdicts reads the catalog and the reports: for each check, "pass"
-// when honest campaigns ran it and none found anything, "FAIL" when one did,
-// "not run" when no report names it. Negative-control campaigns are left
-// out: they are meant to fail.
-func chaosVerdicts(catalogPath, reportsGlob string) ([]chaosCheck, map[string]string, int, error) {
-	if catalogPath == "" {
-		return nil, nil, 0, nil
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("invariants", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.root, "root", ".", "the repository: every module under it is read")
+	fs.BoolVar(&o.check, "check", false, "run nothing: guards are the TestInvariantNN_ functions in the source, and standard input is not read")
+	fs.BoolVar(&o.verbose, "v", false, "print each marker's comment under its site")
+	fs.StringVar(&o.catalog, "catalog", "", "the chaos checks as JSON (chaos -catalog)")
+	fs.StringVar(&o.reports, "reports", "", "glob of chaos campaign report.json files")
+	harness := fs.String("harness", "", "comma-separated module directories that check the broker rather than are it: their markers are listed but keep no invariant")
+	if err := fs.Parse(args); err != nil {
+		return 2
 	}
-	data, err := os.ReadFile(catalogPath)
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "invariants: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	for _, h := range strings.Split(*harness, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			o.harnesses = append(o.harnesses, strings.Trim(h, "/"))
+		}
+	}
+	t, err := scan(o.root)
 	if err != nil {
-		return nil, nil, 0, err
+		fmt.Fprintln(stderr, "invariants:", err)
+		return 2
 	}
-	var catalog []chaosCheck
-	if err := json.Unmarshal(data, &catalog); err != nil {
-		return nil, nil, 0, fmt.Errorf("%s: %w", catalogPath, err)
+	catalog, verdict, campaigns, err := chaosVerdicts(o.catalog, o.reports)
+	if err != nil {
+		fmt.Fprintln(stderr, "invariants:", err)
+		return 2
 	}
-	verdict := map[string]string{}
-	for _, c := range catalog {
-		verdict[c.Name] = "not run"
-	}
-	files, _ := filepath.Glob(reportsGlob)
-	if len(files) > maxReports {
-		files = files[len(files)-maxReports:]
-	}
-	honest := 0
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, nil, 0, err
+	var results map[string]string
+	if !o.check {
+		if results, err = readResults(stdin); err != nil {
+			fmt.Fprintln(stderr, "invariants:", err)
+			return 2
 		}
-		var r chaosReport
-		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, nil, 0, fmt.Errorf("%s: %w", f, err)
-		}
-		if r.Control != "" {
+	}
+	rows := buildRows(t, results, catalog, verdict, o)
+	return printTable(stdout, rows, t, o, catalog != nil, campaigns)
+}
+
+type event struct {
+	Action  string
+	Package string
+	Test    string
+}
+
+var guardName = regexp.MustCompile(`^TestInvariant(\d\d)_[^/]+$`)
+
+// readResults reads `go test -json` and returns each guard's outcome by
+// "package.Test": "pass", "fail" or "skip". Subtests are the guard's own
+// business: its outcome is the top-level test's.
+func readResults(r io.Reader) (map[string]string, error) {
+	results := map[string]string{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
+	for sc.Scan() {
+		var e event
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
 			continue
 		}
-		honest++
-		for _, name := range r.Checks {
-			if verdict[name] == "not run" {
-				verdict[name] = "pass"
+		if e.Action != "pass" && e.Action != "fail" && e.Action != "skip" {
+			continue
+		}
+		if !guardName.MatchString(e.Test) {
+			continue
+		}
+		key := e.Package + "." + e.Test
+		if results[key] == "fail" {
+			continue // a guard that failed once failed
+		}
+		results[key] = e.Action
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading go test -json: %w", err)
+	}
+	return results, nil
+}
+
+// row is one invariant's line of the table.
+type row struct {
+	n       int
+	guards  []string // printed, in order
+	counted int      // guards that count: run (or, with -check, declared) tests and chaos checks
+	failed  bool
+	code    []site // markers in the broker's own modules
+	others  []site // markers in harness modules: listed, not counted
+}
+
+func buildRows(t *tree, results map[string]string, catalog []chaosCheck, verdict map[string]string, o options) []row {
+	rows := make([]row, 19)
+	known := map[string]bool{}
+	for n := 1; n <= 18; n++ {
+		r := row{n: n}
+		for _, g := range t.guards[n] {
+			key := g.pkg + "." + g.name
+			known[key] = true
+			name := g.display()
+			if o.check {
+				r.guards = append(r.guards, name)
+				r.counted++
+				continue
+			}
+			switch results[key] {
+			case "pass":
+				r.counted++
+			case "fail":
+				r.counted++
+				r.failed = true
+				name += " (FAILED)"
+			case "skip":
+				name += " (skipped)"
+			default:
+				name += " (not run)"
+			}
+			r.guards = append(r.guards, name)
+		}
+		for _, c := range catalog {
+			if !slices.Contains(c.Invariants, n) {
+				continue
+			}
+			v := verdict[c.Name]
+			if v == "FAIL" {
+				r.failed = true
+			}
+			r.guards = append(r.guards, "chaos check "+c.Name+" ("+v+")")
+			r.counted++
+		}
+		for _, s := range t.sites[n] {
+			if slices.Contains(o.harnesses, s.group) {
+				r.others = append(r.others, s)
+			} else {
+				r.code = append(r.code, s)
 			}
 		}
-		for _, name := range r.Violations {
-			verdict[name] = "FAIL"
+		rows[n] = r
+	}
+	// A guard that ran but that the source scan did not find (a package
+	// outside the root, say) still counts: the run is the evidence.
+	var extra []string
+	for key := range results {
+		if !known[key] {
+			extra = append(extra, key)
 		}
 	}
-	return catalog, verdict, honest, nil
+	slices.Sort(extra)
+	for _, key := range extra {
+		i := strings.LastIndex(key, ".")
+		m := guardName.FindStringSubmatch(key[i+1:])
+		n, _ := strconv.Atoi(m[1])
+		if n < 1 || n > 18 {
+			continue
+		}
+		name := key
+		switch results[key] {
+		case "pass":
+			rows[n].counted++
+		case "fail":
+			rows[n].counted++
+			rows[n].failed = true
+			name += " (FAILED)"
+		case "skip":
+			name += " (skipped)"
+		}
+		rows[n].guards = append(rows[n].guards, name)
+	}
+	return rows[1:]
+}
+
+func printTable(w io.Writer, rows []row, t *tree, o options, haveCatalog bool, campaigns int) int {
+	fmt.Fprintf(w, "%-3s %-56s %-6s %6s %5s\n", "#", "invariant", "status", "guards", "code")
+	var problems []string
+	for _, r := range rows {
+		status := "pass"
+		if o.check {
+			status = "ok"
+		}
+		switch {
+		case r.failed:
+			status = "FAIL"
+			problems = append(problems, fmt.Sprintf("invariant %d (%s): a guard failed", r.n, titles[r.n]))
+		case r.counted == 0:
+			status = "GAP"
+		}
+		if r.counted == 0 {
+			problems = append(problems, fmt.Sprintf("invariant %d (%s): no guard — no test named TestInvariant%02d_* %s and no chaos check",
+				r.n, titles[r.n], r.n, map[bool]string{true: "declared", false: "ran"}[o.check]))
+		}
+		if len(r.code) == 0 {
+			if status != "FAIL" {
+				status = "UNKEPT"
+			}
+			problems = append(problems, fmt.Sprintf("invariant %d (%s): no code marked as keeping it — a comment \"// invariant %d: why\" where the code keeps it",
+				r.n, titles[r.n], r.n))
+		}
+		fmt.Fprintf(w, "%-3d %-56s %-6s %6d %5d\n", r.n, titles[r.n], status, r.counted, len(r.code))
+		for _, g := range r.guards {
+			fmt.Fprintf(w, "      guard %s\n", g)
+		}
+		for _, s := range r.code {
+			printSite(w, "code ", s, o.verbose)
+		}
+		for _, s := range r.others {
+			printSite(w, "harness code", s, o.verbose)
+		}
+	}
+	problems = append(problems, strays(t)...)
+	var counts []string
+	for _, r := range rows {
+		counts = append(counts, fmt.Sprintf("%d:%d", r.n, len(r.code)))
+	}
+	fmt.Fprintf(w, "\ncode sites per invariant (%d Go files read): %s\n", t.files, strings.Join(counts, " "))
+	if haveCatalog {
+		fmt.Fprintf(w, "chaos checks: verdicts from %d honest campaign report(s) matching %s", campaigns, o.reports)
+		if campaigns == 0 {
+			fmt.Fprintf(w, " — none yet: run make chaos-short")
+		}
+		fmt.Fprintln(w)
+	}
+	if len(problems) == 0 {
+		return 0
+	}
+	fmt.Fprintln(w)
+	for _, p := range problems {
+		fmt.Fprintln(w, p)
+	}
+	return 1
+}
+
+// strays are markers and guards naming an invariant that does not exist: a
+// mistyped number would otherwise be a marker nobody reads and a guard the
+// table never shows.
+func strays(t *tree) []string {
+	var out []string
+	ns := make([]int, 0, len(t.sites)+len(t.guards))
+	for n := range t.sites {
+		ns = append(ns, n)
+	}
+	for n := range t.guards {
+		if _, dup := t.sites[n]; !dup {
+			ns = append(ns, n)
+		}
+	}
+	slices.Sort(ns)
+	for _, n := range ns {
+		if n >= 1 && n <= 18 {
+			continue
+		}
+		for _, s := range t.sites[n] {
+			out = append(out, fmt.Sprintf("%s:%d %s: marks invariant %d, and there are eighteen", s.file, s.line, s.in, n))
+		}
+		for _, g := range t.guards[n] {
+			out = append(out, fmt.Sprintf("%s:%d %s: guards invariant %d, and there are eighteen", g.file, g.line, g.name, n))
+		}
+	}
+	return out
+}
+
+func printSite(w io.Writer, label string, s site, verbose bool) {
+	fmt.Fprintf(w, "      %s %s:%d %s\n", label, s.file, s.line, s.in)
+	if verbose {
+		fmt.Fprintf(w, "            // %s\n", s.text)
+	}
 }
 
 // titles are the invariants' short names, in the order of
-// seeds/invariants.md.
+// docs/invariants.md.
 var titles = [19]string{
 	1:  "caught up vs position deleted: a stored floor",
 	2:  "resolution, retention and eviction are distinct",
@@ -108,111 +332,4 @@ var titles = [19]string{
 	16: "no client can withhold another's acknowledgement",
 	17: "only the owning connection changes a session",
 	18: "nothing told before it is stored",
-}
-
-type event struct {
-	Action  string
-	Package string
-	Test    string
-}
-
-var guardName = regexp.MustCompile(`^TestInvariant(\d\d)_[^/]+$`)
-
-func main() {
-	catalogPath := flag.String("catalog", "", "the chaos checks as JSON (chaos -catalog)")
-	reports := flag.String("reports", "", "glob of chaos campaign report.json files")
-	flag.Parse()
-	catalog, verdict, campaigns, err := chaosVerdicts(*catalogPath, *reports)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "invariants:", err)
-		os.Exit(2)
-	}
-	type result struct {
-		pkg, test string
-		pass      bool
-	}
-	guards := map[int][]result{}
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
-	for sc.Scan() {
-		var e event
-		if json.Unmarshal(sc.Bytes(), &e) != nil || (e.Action != "pass" && e.Action != "fail") {
-			continue
-		}
-		m := guardName.FindStringSubmatch(e.Test)
-		if m == nil {
-			continue
-		}
-		key := e.Package + "." + e.Test
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		var n int
-		fmt.Sscanf(m[1], "%d", &n)
-		if n < 1 || n > 18 {
-			continue
-		}
-		guards[n] = append(guards[n], result{pkg: shortPkg(e.Package), test: e.Test, pass: e.Action == "pass"})
-	}
-	bad := 0
-	var gaps []int
-	fmt.Printf("%-3s %-56s %-6s %s\n", "#", "invariant", "status", "guards")
-	for n := 1; n <= 18; n++ {
-		rs := guards[n]
-		sort.Slice(rs, func(i, j int) bool { return rs[i].pkg+rs[i].test < rs[j].pkg+rs[j].test })
-		var checks []string
-		for _, c := range catalog {
-			if slices.Contains(c.Invariants, n) {
-				checks = append(checks, c.Name)
-			}
-		}
-		status := "pass"
-		if len(rs)+len(checks) == 0 {
-			status = "GAP"
-			gaps = append(gaps, n)
-			bad++
-		}
-		var names []string
-		for _, r := range rs {
-			mark := ""
-			if !r.pass {
-				mark = " (FAILED)"
-				status = "FAIL"
-			}
-			names = append(names, r.pkg+"."+r.test+mark)
-		}
-		for _, c := range checks {
-			v := verdict[c]
-			if v == "FAIL" {
-				status = "FAIL"
-			}
-			names = append(names, "chaos check "+c+" ("+v+")")
-		}
-		if status == "FAIL" {
-			bad++
-		}
-		fmt.Printf("%-3d %-56s %-6s %d\n", n, titles[n], status, len(rs)+len(checks))
-		for _, name := range names {
-			fmt.Printf("%-3s %-56s %-6s   %s\n", "", "", "", name)
-		}
-	}
-	if catalog != nil {
-		fmt.Printf("\nchaos checks: verdicts from %d honest campaign report(s) matching %s", campaigns, *reports)
-		if campaigns == 0 {
-			fmt.Printf(" — none yet: run make chaos-short")
-		}
-		fmt.Println()
-	}
-	if len(gaps) > 0 {
-		fmt.Printf("\ninvariants with no guard: %v\n", gaps)
-	}
-	if bad > 0 {
-		os.Exit(1)
-	}
-}
-
-func shortPkg(p string) string {
-	return strings.TrimPrefix(strings.TrimPrefix(p, "saguin.dev/"), "storage/")
 }
