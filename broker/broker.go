@@ -1,7 +1,10 @@
 // Package broker is the Sagüin daemon: an MQTT 5 / 3.1.1 broker on the
-// mochi-mqtt substrate that adds durable channels. Topics no channel claims
-// are broadcast, fanned out by the substrate; channel topics are stored on a
-// provider before they are acknowledged and delivered by Sagüin's own pumps.
+// mochi-mqtt substrate that adds durable channels. Channel topics are stored
+// on a provider before they are acknowledged and delivered by Sagüin's own
+// pumps; topics no channel claims are broadcast, fanned out by Sagüin to
+// each subscribing session's outbox and written by that connection's own
+// sender (fanout.go) — the substrate reads packets and keeps subscriptions,
+// and delivers nothing.
 package broker
 
 import (
@@ -175,7 +178,6 @@ func logLevel(s string) slog.Level { return logging.LevelOf(s) }
 // openChannels opens the providers channels use (a provider no channel
 // names stays closed: RFC 0002 §1.6) and each channel's store.
 func (b *Broker) openChannels() error {
-	var routes []topic.Route
 	for _, cc := range b.cfg.Channels {
 		p, err := b.provider(cc.Storage)
 		if err != nil {
@@ -208,20 +210,17 @@ func (b *Broker) openChannels() error {
 			}
 		}
 		b.channels[cc.Name] = ch
-		for _, f := range cc.Filters {
-			routes = append(routes, topic.Route{Channel: cc.Name, Filter: f})
-		}
 	}
 	for _, q := range b.queues {
 		if dlq := b.channels[q.cfg.DeadLetter]; dlq != nil {
 			dlq.log = q.queue.DeadLetters()
 		}
 	}
-	r, err := topic.NewResolver(routes)
-	if err != nil {
-		return err
+	// The configuration built the resolver when it checked the filters:
+	// one resolver, the one --check-config and --route judged.
+	if b.resolver = b.cfg.Resolver(); b.resolver == nil {
+		return errors.New("the configuration has no topic resolver: it was not made by config.Load")
 	}
-	b.resolver = r
 	b.countStrayLatestValues() // latest.go: RFC 0002 §2.1, a filter edited
 	return nil
 }
