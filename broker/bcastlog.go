@@ -256,10 +256,13 @@ func recordOfMsg(m *broadcastMsg, ts time.Time, id string) storage.Record {
 		e := m.expiry
 		rec.MessageExpiry = &e
 	}
+	if pub := publishedMessageID(p.User); pub != "" {
+		rec.MessageID = pub // invariant 8: the publisher's id is the message's
+	}
+	// Every User Property is kept, saguin-id among them: broadcast forwards
+	// the packet as published, and a message read back from the log
+	// (msgFromRecord) is forwarded the same.
 	for _, u := range p.User {
-		if u.Key == "saguin-id" && u.Val != "" {
-			rec.MessageID = u.Val // invariant 8: the publisher's id is the message's
-		}
 		rec.Headers = append(rec.Headers, storage.Header{Name: u.Key, Value: u.Val})
 	}
 	return rec

@@ -217,14 +217,7 @@ func (b *Broker) recordOf(cl *mqtt.Client, pk packets.Packet) storage.Record {
 		e := p.MessageExpiryInterval
 		rec.MessageExpiry = &e
 	}
-	for _, u := range p.User {
-		if u.Key == "saguin-id" && rec.MessageID == "" && u.Val != "" {
-			// invariant 8: a publisher's own Message ID is kept, so a
-			// redriven dead letter stays the same message.
-			rec.MessageID = u.Val
-		}
-	}
-	if rec.MessageID == "" {
+	if rec.MessageID = publishedMessageID(p.User); rec.MessageID == "" {
 		rec.MessageID = b.ids.New(now)
 	}
 	if hs := stripReserved(p.User, true); len(hs) > 0 {
@@ -234,6 +227,20 @@ func (b *Broker) recordOf(cl *mqtt.Client, pk packets.Packet) storage.Record {
 		}
 	}
 	return rec
+}
+
+// publishedMessageID is the Message ID a publisher gave its message: the
+// first non-empty saguin-id User Property ("" for none). invariant 8: a
+// publisher's own Message ID is kept, so a redriven dead letter stays the
+// same message — on a channel record and on a logged broadcast message
+// alike (recordOf, recordOfMsg).
+func publishedMessageID(user []packets.UserProperty) string {
+	for _, u := range user {
+		if u.Key == "saguin-id" && u.Val != "" {
+			return u.Val
+		}
+	}
+	return ""
 }
 
 // stripReserved drops every saguin-* User Property. With dropID, saguin-id
