@@ -3,7 +3,9 @@ package sqlite
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -492,3 +494,48 @@ func TestTheIntervalIsNotAWaitForAReader(t *testing.T) {
 		t.Fatalf("stats %+v: want one transaction of two records closed by count", s)
 	}
 }
+
+// The batch-size counters count each committed publish transaction once,
+// in the bucket of the records it carried, and the close line states them:
+// what the benchmark reads to see how full group commit got.
+func TestBatchCountersAndCloseLine(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	p := openAt(t, newDB(t), func(o *Options) {
+		o.PublishCommitInterval = MaxCommitInterval
+		o.PublishCommitMaxRecords = 3
+		o.Logger = slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logged.Write(b)
+		}), nil))
+	})
+	p.opts.commitInterval = time.Hour // only the count closes a batch
+	l := mustLog(t, p, "events")
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			if _, err := l.Append(record(fmt.Sprint("r", i), 10)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	s := p.Stats()
+	if s.Batches != [5]uint64{0, 1, 0, 0, 0} || s.LargestBatch != 3 || s.BatchedRecords != 3 {
+		t.Fatalf("stats %+v: want one transaction of 3 records, in the 2-7 bucket", s)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := `msg="storage closed" provider=test type=sqlite publish_transactions=1 publish_records=3 largest_transaction=3 transactions_by_records="1:0 2-7:1 8-63:0 64-255:0 256+:0"`
+	if !strings.Contains(logged.String(), want) {
+		t.Fatalf("close line missing; want %s in:\n%s", want, logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

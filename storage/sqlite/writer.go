@@ -102,6 +102,32 @@ type stats struct {
 	committedRecords  atomic.Uint64
 	commits           atomic.Uint64 // every committed write transaction
 	reliefGroups      atomic.Uint64 // relief transactions tried (groups and writes run alone)
+	// batches counts committed publish transactions (a value Put committed
+	// alone included) by how many records each carried, in the buckets
+	// batchBuckets names; largestBatch is the most any carried.
+	batches      [len(batchBuckets)]atomic.Uint64
+	batchRecords atomic.Uint64
+	largestBatch atomic.Uint64
+}
+
+// batchBuckets are the lower bounds of the batch-size buckets Stats
+// reports: how full group commit gets under a load is what they show.
+var batchBuckets = [...]int{1, 2, 8, 64, 256}
+
+// batchCommitted counts one committed publish transaction of n records.
+func (s *stats) batchCommitted(n int) {
+	i := len(batchBuckets) - 1
+	for i > 0 && n < batchBuckets[i] {
+		i--
+	}
+	s.batches[i].Add(1)
+	s.batchRecords.Add(uint64(n))
+	for {
+		old := s.largestBatch.Load()
+		if uint64(n) <= old || s.largestBatch.CompareAndSwap(old, uint64(n)) {
+			break
+		}
+	}
 }
 
 func (w *writer) run() {
@@ -279,6 +305,7 @@ func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 			}
 			closedBy.Add(1)
 			w.stats.committedRecords.Add(uint64(accepted))
+			w.stats.batchCommitted(accepted)
 		}
 	}
 	for _, r := range w.shrinking {
@@ -351,6 +378,7 @@ func (w *writer) putAlone(r *pubReq) {
 	ch.next, ch.bytes, ch.depth = next+1, bytes+r.enc.size-old, depth
 	ch.mu.Unlock()
 	w.stats.committedRecords.Add(1)
+	w.stats.batchCommitted(1)
 }
 
 func (w *writer) touch(ch *channel) *touch {
