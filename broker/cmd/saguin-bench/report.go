@@ -264,16 +264,26 @@ func (b *bench) targets() {
 		// Issue 13: append on sqlite at least 0.8x bare mochi's QoS 1
 		// broadcast, with many publishers one in flight each and with a
 		// few publishers each keeping a deep window.
+		// The reference is mochi's broadcast with 64 publishers one in
+		// flight each, for both shapes: mochi's own QoS 1 delivery with
+		// deep windows is far slower than its 64-publisher figure, and a
+		// ratio against it would flatter.
+		mo := r.mochi[shape{64, 1}]
 		for _, sh := range []shape{{64, 1}, {8, 64}} {
 			if !slices.Contains(b.shapes(), sh) {
 				continue
 			}
-			s, mo := r.saguin["append sqlite"][sh], r.mochi[sh]
+			s := r.saguin["append sqlite"][sh]
+			what := fmt.Sprintf("append on sqlite, %s >= %.1fx mochi's QoS 1 broadcast with 64 publishers", sh, targetAppendVsMochi)
 			if !s.ok || !mo.ok {
-				fmt.Fprintf(w, "append on sqlite >= %.1fx mochi's QoS 1 broadcast, %s: no figure\n", targetAppendVsMochi, sh)
+				fmt.Fprintf(w, "%s: no figure\n", what)
 				continue
 			}
-			fmt.Fprintf(w, "append on sqlite >= %.1fx mochi's QoS 1 broadcast, %s: %s, %s\n", targetAppendVsMochi, sh, ratio(s, mo), verdict(s.rate >= targetAppendVsMochi*mo.rate))
+			note := ""
+			if mo.note != "" {
+				note = " (" + mo.note + ")"
+			}
+			fmt.Fprintf(w, "%s: %s, %s%s\n", what, ratio(s, mo), verdict(s.rate >= targetAppendVsMochi*mo.rate), note)
 		}
 	}
 	for _, storage := range b.o.storages {

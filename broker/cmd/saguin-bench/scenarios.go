@@ -546,7 +546,7 @@ func publishers(n int) string {
 
 // closeLine is the sqlite provider's line at close: its publish
 // transactions and the records they carried, by batch size.
-var closeLine = regexp.MustCompile(`msg="storage closed" provider=main type=sqlite publish_transactions=(\d+) publish_records=(\d+) largest_transaction=(\d+) transactions_by_records="([^"]*)"`)
+var closeLine = regexp.MustCompile(`msg="storage closed" .*\bprovider=main type=sqlite publish_transactions=(\d+) publish_records=(\d+) largest_transaction=(\d+) transactions_by_records="([^"]*)"`)
 
 // groupCommit summarises the close line in a broker's output ("" when it
 // has none: a memory provider, or a broker killed before it closed).

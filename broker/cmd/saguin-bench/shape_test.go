@@ -11,7 +11,7 @@ import (
 // summary the report prints; output without one gives none.
 func TestGroupCommitFromCloseLine(t *testing.T) {
 	out := "time=x level=INFO msg=listening address=127.0.0.1:1\n" +
-		`time=y level=INFO msg="storage closed" provider=main type=sqlite publish_transactions=4 publish_records=10 largest_transaction=7 transactions_by_records="1:2 2-7:2 8-63:0 64-255:0 256+:0"` + "\n"
+		`time=y level=INFO msg="storage closed" broker=bench provider=main type=sqlite publish_transactions=4 publish_records=10 largest_transaction=7 transactions_by_records="1:2 2-7:2 8-63:0 64-255:0 256+:0"` + "\n"
 	got := groupCommit(out)
 	want := "4 transactions carried 10 records (2.5 per transaction, largest 7; by records carried 1:2 2-7:2 8-63:0 64-255:0 256+:0)"
 	if got != want {
