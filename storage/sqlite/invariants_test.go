@@ -539,3 +539,59 @@ func TestBatchCountersAndCloseLine(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// invariant 18: a submitted record is answered only once the transaction
+// carrying it has committed. With the commit held, nothing submitted is
+// answered; the records submitted meanwhile wait in the queue and go
+// together in the next transaction, and each is answered as its own
+// transaction commits, in submission order.
+func TestInvariant18_SubmitAnsweredOnlyAfterItsCommit(t *testing.T) {
+	held := make(chan int, 8)
+	release := make(chan struct{})
+	p := openAt(t, newDB(t), func(o *Options) {
+		o.Faults = &Faults{BeforePublishCommit: func(n int) error {
+			held <- n
+			<-release
+			return nil
+		}}
+	})
+	l := mustLog(t, p, "events")
+	sub := l.(storage.Submitter)
+	first := sub.Submit(record("first", 10))
+	if n := <-held; n != 1 {
+		t.Fatalf("the first transaction carries %d records, want 1", n)
+	}
+	var rest []storage.Pending
+	for i := range 20 {
+		rest = append(rest, sub.Submit(record(fmt.Sprint("r", i), 10)))
+	}
+	for i, pd := range append([]storage.Pending{first}, rest...) {
+		select {
+		case <-pd.Done():
+			t.Fatalf("submission %d answered while the first commit is held", i)
+		default:
+		}
+	}
+	release <- struct{}{}
+	<-first.Done()
+	if rec, err := first.Result(); err != nil || rec.Offset != 1 {
+		t.Fatalf("first: offset %d, %v; want 1", rec.Offset, err)
+	}
+	if n := <-held; n != 20 {
+		t.Fatalf("the second transaction carries %d records, want the 20 submitted meanwhile", n)
+	}
+	for i, pd := range rest {
+		select {
+		case <-pd.Done():
+			t.Fatalf("submission %d answered before its commit", i+1)
+		default:
+		}
+	}
+	release <- struct{}{}
+	for i, pd := range rest {
+		<-pd.Done()
+		if rec, err := pd.Result(); err != nil || rec.Offset != uint64(i+2) {
+			t.Fatalf("submission %d: offset %d, %v; want %d", i+1, rec.Offset, err, i+2)
+		}
+	}
+}
