@@ -42,7 +42,8 @@ func withReason(c packets.Code, reason string) packets.Code {
 }
 
 // publish is the substrate's OnPublish for a publish answered before it
-// returns.
+// returns: every PUBLISH a Will stand-in or an in-process client makes, and
+// the PUBLISHes of a connection that are not pipelined (inbound.go).
 // Broadcast topics go back to the substrate's fan-out; channel topics are
 // stored and then acknowledged by the substrate (invariants 16, 18: PUBACK
 // only after the record is stored), and never fanned out by it (invariant
@@ -62,7 +63,8 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 }
 
 // channelWrite is a QoS 0/1 publish to a channel (or a Will's, at any QoS)
-// judged and made a record, not yet stored.
+// judged and made a record, not yet stored: stored at once by publish, or
+// submitted in its connection's order by the pipeline (inbound.go).
 type channelWrite struct {
 	ch  *channel
 	rec storage.Record
@@ -226,6 +228,11 @@ func storeRefusal(channel string, err error) packets.Code {
 func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
 	b.logPublishRefusal(cl, pk, code)
 	if pk.FixedHeader.Qos == 0 {
+		return pk, packets.ErrRejectPacket
+	}
+	if b.answerInTurn(cl, pk, code) {
+		// Answers are owed to the connection's earlier publishes: this
+		// one leaves after them (MQTT 5 §4.6, inbound.go).
 		return pk, packets.ErrRejectPacket
 	}
 	if cl.Properties.ProtocolVersion < 5 {
