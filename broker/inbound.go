@@ -44,6 +44,10 @@ const receiveMaximum = 256
 // packet as decoded, and the stored copy).
 const inboundEntryCost = 1024
 
+// idleEntries is the most entry slots a connection with nothing owed keeps
+// for its next publishes; a larger queue a burst grew is let go.
+const idleEntries = 16
+
 // inbound is one connection's publishes taken in and not yet answered, in
 // arrival order. The read loop adds to it; the answering goroutine, which
 // runs while anything is owed and is gone when nothing is, takes from it.
@@ -291,6 +295,9 @@ func (in *inbound) run() {
 		if in.head == len(in.q) {
 			clear(in.q)
 			in.q, in.head = in.q[:0], 0
+			if cap(in.q) > idleEntries {
+				in.q = nil // an idle connection keeps no burst's worth of slots
+			}
 			in.running = false
 			in.mu.Unlock()
 			return
