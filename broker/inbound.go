@@ -181,6 +181,8 @@ func (in *inbound) publish(pk packets.Packet) (packets.Packet, error, bool) {
 		return pk, nil, false
 	}
 	qos := pk.FixedHeader.Qos
+	// invariant 13: unanswered publishes per connection bounded by the
+	// Receive Maximum advertised.
 	if qos > 0 && !in.ackRoom() {
 		// MQTT 5 §3.3.4: more unanswered QoS 1/2 publishes than the
 		// Receive Maximum the CONNACK gave (invariant 13).
@@ -255,6 +257,7 @@ func (in *inbound) ackRoom() bool {
 func (in *inbound) room(n int64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	// invariant 13: bounded before the record is handed over.
 	for in.head < len(in.q) && in.bytes+n > in.maxBytes {
 		in.wait()
 	}
@@ -332,6 +335,8 @@ func (in *inbound) outcome(e *inEntry) (packets.Code, bool) {
 	b := in.b
 	switch {
 	case e.pend != nil:
+		// invariant 18: the answer waits for the store's; a PUBACK is
+		// written only after this, never for a record not stored.
 		<-e.pend.Done()
 		rec, err := e.pend.Result()
 		if err != nil {

@@ -223,6 +223,8 @@ func (w *writer) collect(first *pubReq) {
 func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 	for len(batch) > 0 {
 		n := w.commitSegment(batch, closedBy)
+		// invariant 18: answered only once the transaction carrying the
+		// record has committed (or failed).
 		for _, r := range batch[:n] {
 			close(r.done)
 		}
