@@ -102,6 +102,10 @@ type Broker struct {
 	retainedOrder sync.RWMutex
 
 	qos2 qos2State // held QoS 2 publishes to channels (qos2.go)
+	// inbound maps each connection (*mqtt.Client) with publishes taken in
+	// and not yet answered to its pipeline (inbound.go); an entry goes when
+	// the connection ends. Invariant 13: one per connection.
+	inbound sync.Map
 	// bcastHolds keeps held QoS 2 broadcast publishes: the hold store of
 	// sessionProvider, where the broadcast log lives (qos2_broadcast.go).
 	bcastHolds      storage.HoldStore
@@ -279,6 +283,9 @@ func (b *Broker) newServer() *mqtt.Server {
 	caps.MaximumMessageExpiryInterval = 0
 	caps.MaximumSessionExpiryInterval = uint32(lim.MaxSessionExpiry / time.Second)
 	caps.MaximumPacketSize = uint32(lim.MaxMessageSize)
+	// What every MQTT 5 CONNACK advertises, and what a connection's
+	// pipelined publishes are bounded by (inbound.go).
+	caps.ReceiveMaximum = receiveMaximum
 	// invariant 13: inbound alias table bounded (RFC 0002 §1.5: fixed at 16).
 	caps.TopicAliasMaximum = topicAliasMaximum
 	// The substrate's outbound queue carries nothing of Sagüin's: broadcast

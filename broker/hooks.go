@@ -131,12 +131,30 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 	}
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
+		if pk.FixedHeader.Qos == 2 {
+			// Its PUBREC, a repeat's included, leaves after the PUBACKs
+			// owed before it (inbound.go).
+			if in, busy := h.b.busyInbound(cl); busy {
+				in.settle()
+			}
+		}
 		if h.b.answerRepeat(cl, pk) {
 			return noopPacket, nil // a QoS 2 PUBLISH sent again (substrate_topics.go)
 		}
 		// Past the substrate's silent drop of $SYS-like and short $share
 		// topics, so publish answers them (substrate_topics.go).
 		return markForSubstrate(pk), nil
+	case packets.Subscribe, packets.Unsubscribe, packets.Pubrel, packets.Disconnect:
+		// These act after the connection's earlier publishes: a SUBSCRIBE
+		// sees them stored, a PUBREL's release and PUBCOMP come after
+		// their PUBACKs, a DISCONNECT closes after them (inbound.go).
+		// PINGREQ and the acknowledgements of the broker's deliveries are
+		// never held behind a commit.
+		if in, busy := h.b.busyInbound(cl); busy {
+			in.settle()
+		}
+	}
+	switch pk.FixedHeader.Type {
 	case packets.Subscribe:
 		// invariant 17: only the owner changes the session, and a takeover
 		// waits for a SUBSCRIBE in progress (ownership.go).
@@ -226,6 +244,16 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	// answer below marks it ignored or refused, so it fans out and retains
 	// nothing of it.
 	pk.TopicName = unmarked(pk.TopicName)
+	if in := h.b.inboundOf(cl); in != nil {
+		// A connection's QoS 0/1 publish is taken in and answered when
+		// stored, while the read loop goes on (inbound.go).
+		if out, err, taken := in.publish(pk); taken {
+			return out, err
+		}
+		// Answered here, as before, once every publish the connection
+		// sent before it is answered.
+		in.settle()
+	}
 	if h.b.retainedBroadcast(cl, pk) {
 		// Stored and fanned out as one step among new subscriptions
 		// (retained_order.go).
@@ -356,6 +384,9 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	if cc, ok := cl.Net.Conn.(*clientConn); ok {
 		cc.ending.Store(true) // a panic from here on does not run this again (listener.go)
 	}
+	// Every publish the connection handed over is stored or refused
+	// before its end is acted on (inbound.go).
+	h.b.inboundEnded(cl)
 	h.b.connectionEnded(cl, expire)
 	// invariant 17: the substrate's teardown works by client id and would
 	// unregister a newer connection of the same id; Sagüin does it, under

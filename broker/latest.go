@@ -37,7 +37,8 @@ const deletionsProperty = "saguin-deletions"
 func isTombstone(rec *storage.Record) bool { return len(rec.Payload) == 0 }
 
 // storeLatest stores a publish to a latest channel before it is
-// acknowledged (invariants 16, 18) and wakes the channel's consumers.
+// acknowledged (invariants 16, 18); its caller wakes the channel's
+// consumers (channelWrite.stored).
 // Deleting a topic that holds no value stores nothing: nobody could be told
 // of it, and a tombstone would only take an offset and bytes.
 //
@@ -61,11 +62,8 @@ func (b *Broker) storeLatest(ch *channel, rec storage.Record) error {
 		}
 		rec.Payload = nil
 	}
-	if _, err := ch.values.Put(rec); err != nil {
-		return err
-	}
-	ch.notify()
-	return nil
+	_, err := ch.values.Put(rec)
+	return err
 }
 
 // latestServable reports whether a latest channel serves a stored value now:

@@ -41,41 +41,71 @@ func withReason(c packets.Code, reason string) packets.Code {
 	return packets.Code{Code: c.Code, Reason: reason}
 }
 
-// publish is the substrate's OnPublish: every PUBLISH a client sends passes
-// here before anything is acknowledged. Broadcast topics go back to the
-// substrate's fan-out; channel topics are stored and then acknowledged by the
-// substrate (invariants 16, 18: PUBACK only after the record is stored), and
-// never fanned out by it (invariant 11: channels deliver their own records).
+// publish is the substrate's OnPublish for a publish answered before it
+// returns: every PUBLISH a Will stand-in or an in-process client makes, and
+// the PUBLISHes of a connection that are not pipelined (inbound.go).
+// Broadcast topics go back to the substrate's fan-out; channel topics are
+// stored and then acknowledged by the substrate (invariants 16, 18: PUBACK
+// only after the record is stored), and never fanned out by it (invariant
+// 11: channels deliver their own records).
 func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl.Net.Inline {
-		return pk, nil
-	}
-	if out, over, err := b.overPublishBudget(cl, pk); over { // limits.publish_rate/bytes (ratelimit.go)
+	w, out, err := b.admitPublish(cl, pk)
+	if w == nil {
 		return out, err
+	}
+	if err := w.storeNow(b); err != nil {
+		return b.refuse(cl, pk, storeRefusal(w.ch.name, err))
+	}
+	w.stored(b, w.rec)
+	// Stored: the substrate sends the PUBACK/PUBREC and, because the packet
+	// is marked ignored, fans nothing out.
+	return pk, packets.CodeSuccessIgnore
+}
+
+// channelWrite is a QoS 0/1 publish to a channel (or a Will's, at any QoS)
+// judged and made a record, not yet stored: stored at once by publish, or
+// submitted in its connection's order by the pipeline (inbound.go).
+type channelWrite struct {
+	ch  *channel
+	rec storage.Record
+}
+
+// admitPublish judges a PUBLISH: every bound and refusal, the reserved
+// topics, broadcast and held QoS 2. It returns the channel write a publish
+// to a channel becomes; or, with none, the answer publish returns — a
+// broadcast publish (pk, nil) to fan out, or a refusal or hold already
+// decided.
+func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite, packets.Packet, error) {
+	if cl.Net.Inline {
+		return nil, pk, nil
+	}
+	decided := func(out packets.Packet, err error) (*channelWrite, packets.Packet, error) { return nil, out, err }
+	if out, over, err := b.overPublishBudget(cl, pk); over { // limits.publish_rate/bytes (ratelimit.go)
+		return decided(out, err)
 	}
 	t := pk.TopicName
 	lim := b.cfg.Broker.Limits
 	// Bounds checked on what the packet declares, before anything is kept
 	// (invariant 13).
 	if len(t) > lim.MaxTopicLength {
-		return b.refuse(cl, pk, withReason(codeTopicInvalid,
-			fmt.Sprintf("topic is %d bytes; limits.max_topic_length is %d", len(t), lim.MaxTopicLength)))
+		return decided(b.refuse(cl, pk, withReason(codeTopicInvalid,
+			fmt.Sprintf("topic is %d bytes; limits.max_topic_length is %d", len(t), lim.MaxTopicLength))))
 	}
 	if n := strings.Count(t, "/") + 1; n > lim.MaxTopicLevels {
-		return b.refuse(cl, pk, withReason(codeTopicInvalid,
-			fmt.Sprintf("topic has %d levels; limits.max_topic_levels is %d", n, lim.MaxTopicLevels)))
+		return decided(b.refuse(cl, pk, withReason(codeTopicInvalid,
+			fmt.Sprintf("topic has %d levels; limits.max_topic_levels is %d", n, lim.MaxTopicLevels))))
 	}
 	if n := len(pk.Properties.User); n > lim.MaxHeaderCount {
-		return b.refuse(cl, pk, withReason(codeQuotaExceeded,
-			fmt.Sprintf("%d user properties; limits.max_header_count is %d", n, lim.MaxHeaderCount)))
+		return decided(b.refuse(cl, pk, withReason(codeQuotaExceeded,
+			fmt.Sprintf("%d user properties; limits.max_header_count is %d", n, lim.MaxHeaderCount))))
 	}
 	var hb int64
 	for _, u := range pk.Properties.User {
 		hb += int64(len(u.Key) + len(u.Val))
 	}
 	if hb > lim.MaxHeaderBytes {
-		return b.refuse(cl, pk, withReason(codeQuotaExceeded,
-			fmt.Sprintf("user properties hold %d bytes; limits.max_header_bytes is %d", hb, lim.MaxHeaderBytes)))
+		return decided(b.refuse(cl, pk, withReason(codeQuotaExceeded,
+			fmt.Sprintf("user properties hold %d bytes; limits.max_header_bytes is %d", hb, lim.MaxHeaderBytes))))
 	}
 
 	// Topics are case-sensitive (MQTT 5 §4.7.3): only these exact
@@ -83,18 +113,18 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	// ordinary topics (configuration.md §2.3).
 	switch {
 	case strings.HasPrefix(t, "$share/"):
-		return b.refuse(cl, pk, withReason(codeTopicInvalid, "$share/ is a subscription form, not a topic"))
+		return decided(b.refuse(cl, pk, withReason(codeTopicInvalid, "$share/ is a subscription form, not a topic")))
 	case t == "$SYS" || strings.HasPrefix(t, "$SYS/"):
-		return b.refuse(cl, pk, withReason(codeNotAuthorized, "$SYS is the broker's"))
+		return decided(b.refuse(cl, pk, withReason(codeNotAuthorized, "$SYS is the broker's")))
 	}
 	if !payloadFormatValid(pk.Properties, pk.Payload) {
 		// MQTT 5 §3.3.2.3.2 lets the receiver check; configuration.md §3.3
 		// says it does. Refused before anything is stored or delivered.
-		return b.refuse(cl, pk, withReason(codePayloadFormatInvalid,
-			"the Payload Format Indicator says UTF-8, but the payload is not well-formed UTF-8"))
+		return decided(b.refuse(cl, pk, withReason(codePayloadFormatInvalid,
+			"the Payload Format Indicator says UTF-8, but the payload is not well-formed UTF-8")))
 	}
 	if strings.HasPrefix(t, "$saguin/") {
-		return b.publishReserved(cl, pk)
+		return decided(b.publishReserved(cl, pk))
 	}
 
 	name, ok := b.resolver.Resolve(t)
@@ -104,57 +134,82 @@ func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener && b.bcastHolds != nil {
 			// Held until PUBREL, then written to the broadcast log and
 			// delivered (RFC 0003 §2 "Broadcast QoS 2", qos2_broadcast.go).
-			return b.holdBroadcast(cl, pk)
+			return decided(b.holdBroadcast(cl, pk))
 		}
 		if pk.FixedHeader.Retain {
 			if err := b.retain(cl, pk); err != nil {
-				return b.refuse(cl, pk, retainedRefusal(err))
+				return decided(b.refuse(cl, pk, retainedRefusal(err)))
 			}
 			b.pauses.afterRetainStored.at()
 		}
-		return pk, nil
+		return decided(pk, nil)
 	}
 	ch := b.channels[name]
 	if ch.cfg.DeadLetterOf != "" {
-		return b.refuse(cl, pk, withReason(codeNotAuthorized,
-			fmt.Sprintf("%s is the dead-letter channel of queue %s; only the broker writes it", ch.name, ch.cfg.DeadLetterOf)))
+		return decided(b.refuse(cl, pk, withReason(codeNotAuthorized,
+			fmt.Sprintf("%s is the dead-letter channel of queue %s; only the broker writes it", ch.name, ch.cfg.DeadLetterOf))))
 	}
 	if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener {
 		// Held until PUBREL, written then (RFC 0003 §2, qos2.go). A Will
 		// is written at once: nobody will send its PUBREL.
-		return b.holdPublish(cl, pk, ch)
+		return decided(b.holdPublish(cl, pk, ch))
 	}
-	switch {
-	case ch.log != nil:
-		rec := b.recordOf(cl, pk)
-		if _, err := ch.log.Append(rec); err != nil {
-			return b.refuse(cl, pk, storeRefusal(ch.name, err))
-		}
-		ch.notify()
-		b.shareChannelRecord(rec) // $share/ groups: new records only (share_channel.go)
-	case ch.queue != nil:
-		rec := b.recordOf(cl, pk)
+	if ch.log == nil && ch.queue == nil && ch.values == nil {
+		return decided(b.refuse(cl, pk, withReason(codeImplementation,
+			fmt.Sprintf("channel %s is a %s channel, which this broker does not serve yet", ch.name, ch.cfg.Type))))
+	}
+	rec := b.recordOf(cl, pk)
+	if ch.queue != nil {
 		// A retained publish to a queue is accepted with the flag dropped:
 		// a job is nobody's current value (RFC 0003 "Retained messages").
 		rec.Retain = false
-		if _, err := ch.queue.Enqueue(rec); err != nil {
-			return b.refuse(cl, pk, storeRefusal(ch.name, err))
-		}
-	case ch.values != nil:
+	}
+	return &channelWrite{ch: ch, rec: rec}, pk, nil
+}
+
+// storeNow stores the record and waits for it.
+func (w *channelWrite) storeNow(b *Broker) error {
+	var err error
+	switch {
+	case w.ch.log != nil:
+		_, err = w.ch.log.Append(w.rec)
+	case w.ch.queue != nil:
+		_, err = w.ch.queue.Enqueue(w.rec)
+	default:
 		// The topic's new value, or for a zero-length payload its
 		// tombstone (latest.go, RFC 0003 §9).
-		rec := b.recordOf(cl, pk)
-		if err := b.storeLatest(ch, rec); err != nil {
-			return b.refuse(cl, pk, storeRefusal(ch.name, err))
-		}
-		b.shareChannelRecord(rec) // $share/ groups: changes only (share_channel.go)
-	default:
-		return b.refuse(cl, pk, withReason(codeImplementation,
-			fmt.Sprintf("channel %s is a %s channel, which this broker does not serve yet", ch.name, ch.cfg.Type)))
+		err = b.storeLatest(w.ch, w.rec)
 	}
-	// Stored: the substrate sends the PUBACK/PUBREC and, because the packet
-	// is marked ignored, fans nothing out.
-	return pk, packets.CodeSuccessIgnore
+	return err
+}
+
+// submit gives the record its place in its provider's order and returns
+// at once (storage.Submitter); the pipeline waits for the answer. A latest
+// deletion is never submitted: its look at the current value and its store
+// are one step (storeLatest), taken by publish.
+func (w *channelWrite) submit() storage.Pending {
+	switch {
+	case w.ch.log != nil:
+		return storage.Submit(w.ch.log, w.rec, w.ch.log.Append)
+	case w.ch.queue != nil:
+		return storage.Submit(w.ch.queue, w.rec, w.ch.queue.Enqueue)
+	default:
+		return storage.Submit(w.ch.values, w.rec, w.ch.values.Put)
+	}
+}
+
+// stored is the work after a record is stored, before its publisher is
+// answered: the channel's consumers woken, the $share/ groups served. It
+// waits for nothing a subscriber does (invariant 16).
+func (w *channelWrite) stored(b *Broker, rec storage.Record) {
+	switch {
+	case w.ch.log != nil:
+		w.ch.notify()
+		b.shareChannelRecord(rec) // $share/ groups: new records only (share_channel.go)
+	case w.ch.values != nil:
+		w.ch.notify()
+		b.shareChannelRecord(rec) // $share/ groups: changes only (share_channel.go)
+	}
 }
 
 // storeRefusal maps a storage failure to the code RFC 0002 §3.3 names: 0x97
@@ -173,6 +228,11 @@ func storeRefusal(channel string, err error) packets.Code {
 func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
 	b.logPublishRefusal(cl, pk, code)
 	if pk.FixedHeader.Qos == 0 {
+		return pk, packets.ErrRejectPacket
+	}
+	if b.answerInTurn(cl, pk, code) {
+		// Answers are owed to the connection's earlier publishes: this
+		// one leaves after them (MQTT 5 §4.6, inbound.go).
 		return pk, packets.ErrRejectPacket
 	}
 	if cl.Properties.ProtocolVersion < 5 {

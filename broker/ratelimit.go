@@ -163,6 +163,9 @@ func (b *Broker) overPublishBudget(cl *mqtt.Client, pk packets.Packet) (packets.
 		// refusals are logged at debug (RFC 0002 §1.5), rate-limited per
 		// client like every refusal (logPublishRefusal).
 		b.logPublishRefusal(cl, pk, code)
+		if b.answerInTurn(cl, pk, code) {
+			return pk, true, packets.ErrRejectPacket // after the answers owed before it (inbound.go)
+		}
 		_ = cl.WritePacket(packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Puback},
 			PacketID:    pk.PacketID,

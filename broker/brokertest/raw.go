@@ -94,6 +94,13 @@ func (c *RawClient) SendPublish(pk packets.Packet) {
 	c.send(pk, (*packets.Packet).PublishEncode)
 }
 
+// SendPingreq writes a PINGREQ and returns without reading.
+func (c *RawClient) SendPingreq() {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}, ProtocolVersion: 5},
+		(*packets.Packet).PingreqEncode)
+}
+
 // SendSubscribe writes one SUBSCRIBE and returns without reading, so a test
 // can assert the order of what follows (the SUBACK first).
 func (c *RawClient) SendSubscribe(id uint16, subs ...packets.Subscription) {

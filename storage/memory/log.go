@@ -30,7 +30,10 @@ type appendLog struct {
 	holds     holdSet // unreleased QoS 2 publishes (holds.go)
 }
 
-var _ storage.AppendLog = (*appendLog)(nil)
+var (
+	_ storage.AppendLog = (*appendLog)(nil)
+	_ storage.Submitter = (*appendLog)(nil)
+)
 
 func newLog(p *Provider, name string) *appendLog {
 	return &appendLog{p: p, name: name, next: 1, floor: 1, positions: map[string]storage.Position{}}
@@ -352,4 +355,12 @@ func sizeOf(recs []storage.Record) (n int64) {
 		n += recs[i].Size()
 	}
 	return n
+}
+
+// Submit is Append answered at once: the memory provider stores on the
+// caller's goroutine, so a record is as durable as it will be (until the
+// snapshot at close) when Append returns, and one goroutine's records take
+// offsets in the order it submits them.
+func (l *appendLog) Submit(rec storage.Record) storage.Pending {
+	return storage.Answered(l.Append(rec))
 }

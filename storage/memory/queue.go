@@ -41,7 +41,10 @@ type qitem struct {
 	gone bool
 }
 
-var _ storage.QueueStore = (*queueStore)(nil)
+var (
+	_ storage.QueueStore = (*queueStore)(nil)
+	_ storage.Submitter  = (*queueStore)(nil)
+)
 
 func (q *queueStore) errf(format string, args ...any) error {
 	return q.p.errf(q.name, format, args...)
@@ -284,4 +287,9 @@ func (q *queueStore) checkLoaded() error {
 		prev = it.Offset
 	}
 	return nil
+}
+
+// Submit is Enqueue answered at once (appendLog.Submit).
+func (q *queueStore) Submit(rec storage.Record) storage.Pending {
+	return storage.Answered(q.Enqueue(rec))
 }

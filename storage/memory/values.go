@@ -42,7 +42,10 @@ type offsetEntry struct {
 	rec *storage.Record
 }
 
-var _ storage.ValueStore = (*valueStore)(nil)
+var (
+	_ storage.ValueStore = (*valueStore)(nil)
+	_ storage.Submitter  = (*valueStore)(nil)
+)
 
 func newValues(p *Provider, name string) *valueStore {
 	return &valueStore{p: p, name: name, next: 1}
@@ -300,4 +303,9 @@ func (v *valueStore) checkLoaded() error {
 	}
 	v.reindex()
 	return nil
+}
+
+// Submit is Put answered at once (appendLog.Submit).
+func (v *valueStore) Submit(rec storage.Record) storage.Pending {
+	return storage.Answered(v.Put(rec))
 }

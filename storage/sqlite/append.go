@@ -18,7 +18,10 @@ type appendLog struct {
 	ch *channel
 }
 
-var _ storage.AppendLog = (*appendLog)(nil)
+var (
+	_ storage.AppendLog = (*appendLog)(nil)
+	_ storage.Submitter = (*appendLog)(nil)
+)
 
 // errNoChange ends a write transaction that found nothing to do: it is
 // rolled back, so an idle sweep commits nothing and causes no fsync.
@@ -28,6 +31,13 @@ var errNoChange = errors.New("no change")
 // returns it as stored, after its transaction has committed (invariant 18).
 func (l *appendLog) Append(rec storage.Record) (storage.Record, error) {
 	return l.p.publish(l.ch, rec)
+}
+
+// Submit is Append without the wait: the record is given its place in the
+// provider's queue of publishes now and answered once its transaction
+// commits (storage.Submitter).
+func (l *appendLog) Submit(rec storage.Record) storage.Pending {
+	return l.p.submit(l.ch, rec)
 }
 
 // Read returns up to max records from offset from on, with the floor read

@@ -3,7 +3,9 @@ package sqlite
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -490,5 +492,106 @@ func TestTheIntervalIsNotAWaitForAReader(t *testing.T) {
 	}
 	if s := p.Stats(); s.CommitsByRecords != 1 || s.CommitsByInterval != 0 || s.CommittedRecords != 2 {
 		t.Fatalf("stats %+v: want one transaction of two records closed by count", s)
+	}
+}
+
+// The batch-size counters count each committed publish transaction once,
+// in the bucket of the records it carried, and the close line states them:
+// what the benchmark reads to see how full group commit got.
+func TestBatchCountersAndCloseLine(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	p := openAt(t, newDB(t), func(o *Options) {
+		o.PublishCommitInterval = MaxCommitInterval
+		o.PublishCommitMaxRecords = 3
+		o.Logger = slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logged.Write(b)
+		}), nil))
+	})
+	p.opts.commitInterval = time.Hour // only the count closes a batch
+	l := mustLog(t, p, "events")
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			if _, err := l.Append(record(fmt.Sprint("r", i), 10)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	s := p.Stats()
+	if s.Batches != [5]uint64{0, 1, 0, 0, 0} || s.LargestBatch != 3 || s.BatchedRecords != 3 {
+		t.Fatalf("stats %+v: want one transaction of 3 records, in the 2-7 bucket", s)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := `msg="storage closed" provider=test type=sqlite publish_transactions=1 publish_records=3 largest_transaction=3 transactions_by_records="1:0 2-7:1 8-63:0 64-255:0 256+:0"`
+	if !strings.Contains(logged.String(), want) {
+		t.Fatalf("close line missing; want %s in:\n%s", want, logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// invariant 18: a submitted record is answered only once the transaction
+// carrying it has committed. With the commit held, nothing submitted is
+// answered; the records submitted meanwhile wait in the queue and go
+// together in the next transaction, and each is answered as its own
+// transaction commits, in submission order.
+func TestInvariant18_SubmitAnsweredOnlyAfterItsCommit(t *testing.T) {
+	held := make(chan int, 8)
+	release := make(chan struct{})
+	p := openAt(t, newDB(t), func(o *Options) {
+		o.Faults = &Faults{BeforePublishCommit: func(n int) error {
+			held <- n
+			<-release
+			return nil
+		}}
+	})
+	l := mustLog(t, p, "events")
+	sub := l.(storage.Submitter)
+	first := sub.Submit(record("first", 10))
+	if n := <-held; n != 1 {
+		t.Fatalf("the first transaction carries %d records, want 1", n)
+	}
+	var rest []storage.Pending
+	for i := range 20 {
+		rest = append(rest, sub.Submit(record(fmt.Sprint("r", i), 10)))
+	}
+	for i, pd := range append([]storage.Pending{first}, rest...) {
+		select {
+		case <-pd.Done():
+			t.Fatalf("submission %d answered while the first commit is held", i)
+		default:
+		}
+	}
+	release <- struct{}{}
+	<-first.Done()
+	if rec, err := first.Result(); err != nil || rec.Offset != 1 {
+		t.Fatalf("first: offset %d, %v; want 1", rec.Offset, err)
+	}
+	if n := <-held; n != 20 {
+		t.Fatalf("the second transaction carries %d records, want the 20 submitted meanwhile", n)
+	}
+	for i, pd := range rest {
+		select {
+		case <-pd.Done():
+			t.Fatalf("submission %d answered before its commit", i+1)
+		default:
+		}
+	}
+	release <- struct{}{}
+	for i, pd := range rest {
+		<-pd.Done()
+		if rec, err := pd.Result(); err != nil || rec.Offset != uint64(i+2) {
+			t.Fatalf("submission %d: offset %d, %v; want %d", i+1, rec.Offset, err, i+2)
+		}
 	}
 }

@@ -110,6 +110,13 @@ type Faults struct {
 	// stored counter — the restart bug invariant 9 forbids. Chaos and
 	// invariant tests use it as a negative control.
 	NextOffsetFromMaxPlusOne bool
+	// BeforePublishCommit runs on the writer inside every publish
+	// transaction (a value Put committed alone included), after its
+	// inserts and just before COMMIT, with the number of records it
+	// carries. A test holds commits here to see what is answered before
+	// them; a non-nil error fails the transaction, and every record in it
+	// is answered with that error.
+	BeforePublishCommit func(records int) error
 	// InReliefWrite runs inside the transaction of a CountAttempt or a
 	// Resolve, after its statement, with the job's offset. A non-nil error
 	// fails that write and rolls back the relief group carrying it.

@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -250,7 +251,17 @@ type Stats struct {
 	FlushErrors uint64
 	// Flushes counts WAL fsyncs done.
 	Flushes uint64
+	// Batches counts committed publish transactions (a value Put
+	// committed alone included) by the records each carried: 1, 2–7,
+	// 8–63, 64–255 and 256 or more (BatchBuckets). LargestBatch is the
+	// most records one carried; BatchedRecords all they carried.
+	Batches        [len(batchBuckets)]uint64
+	BatchedRecords uint64
+	LargestBatch   uint64
 }
+
+// BatchBuckets are the lower bounds of Stats.Batches' buckets.
+func BatchBuckets() []int { return batchBuckets[:] }
 
 // Stats returns the provider's counters.
 func (p *Provider) Stats() Stats {
@@ -261,6 +272,11 @@ func (p *Provider) Stats() Stats {
 		CommitsUnbatched:  p.stats.commitsUnbatched.Load(),
 		CommittedRecords:  p.stats.committedRecords.Load(),
 	}
+	for i := range s.Batches {
+		s.Batches[i] = p.stats.batches[i].Load()
+	}
+	s.LargestBatch = p.stats.largestBatch.Load()
+	s.BatchedRecords = p.stats.batchRecords.Load()
 	if p.fl != nil {
 		s.FlushErrors = p.fl.errors.Load()
 		s.Flushes = p.fl.flushes.Load()
@@ -492,7 +508,32 @@ func (p *Provider) Close() error {
 	close(p.w.close)
 	<-p.w.done
 	p.fl.stop()
+	p.logClosed()
 	return p.closeAll()
+}
+
+// logClosed states what group commit did over the provider's life: how
+// many publish transactions carried how many records, so an operator (and
+// the benchmark) can see how full the batches got under the load it had.
+func (p *Provider) logClosed() {
+	s := p.Stats()
+	var txns uint64
+	sizes := make([]string, len(batchBuckets))
+	for i, n := range s.Batches {
+		txns += n
+		lo := batchBuckets[i]
+		switch {
+		case i == len(batchBuckets)-1:
+			sizes[i] = fmt.Sprintf("%d+:%d", lo, n)
+		case batchBuckets[i+1]-1 == lo:
+			sizes[i] = fmt.Sprintf("%d:%d", lo, n)
+		default:
+			sizes[i] = fmt.Sprintf("%d-%d:%d", lo, batchBuckets[i+1]-1, n)
+		}
+	}
+	p.opts.Logger.Info("storage closed", "provider", p.opts.Name, "type", "sqlite",
+		"publish_transactions", txns, "publish_records", s.BatchedRecords,
+		"largest_transaction", s.LargestBatch, "transactions_by_records", strings.Join(sizes, " "))
 }
 
 // closeAll releases whatever open got as far as opening.

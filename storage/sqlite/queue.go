@@ -22,11 +22,19 @@ type queueStore struct {
 	dlq *appendLog
 }
 
-var _ storage.QueueStore = (*queueStore)(nil)
+var (
+	_ storage.QueueStore = (*queueStore)(nil)
+	_ storage.Submitter  = (*queueStore)(nil)
+)
 
 // Enqueue stores a job at the queue's next offset in a group commit.
 func (q *queueStore) Enqueue(rec storage.Record) (storage.Record, error) {
 	return q.p.publish(q.ch, rec)
+}
+
+// Submit is Enqueue without the wait (appendLog.Submit).
+func (q *queueStore) Submit(rec storage.Record) storage.Pending {
+	return q.p.submit(q.ch, rec)
 }
 
 // Items returns up to max unresolved items after offset after, in order.

@@ -25,7 +25,10 @@ type valueStore struct {
 	ch *channel
 }
 
-var _ storage.ValueStore = (*valueStore)(nil)
+var (
+	_ storage.ValueStore = (*valueStore)(nil)
+	_ storage.Submitter  = (*valueStore)(nil)
+)
 
 // Put stores rec as its topic's value at the store's next offset. It goes
 // through the group commit like Append (RFC 0004 §5: "latest replace" is a
@@ -39,6 +42,14 @@ func (v *valueStore) Put(rec storage.Record) (storage.Record, error) {
 		return storage.Record{}, fmt.Errorf("storage %s: latest %s: a value needs a topic", v.p.opts.Name, v.ch.name)
 	}
 	return v.p.publish(v.ch, rec)
+}
+
+// Submit is Put without the wait (appendLog.Submit).
+func (v *valueStore) Submit(rec storage.Record) storage.Pending {
+	if rec.Topic == "" {
+		return storage.Answered(storage.Record{}, fmt.Errorf("storage %s: latest %s: a value needs a topic", v.p.opts.Name, v.ch.name))
+	}
+	return v.p.submit(v.ch, rec)
 }
 
 // Remove deletes a topic's value in its own transaction. It may use the

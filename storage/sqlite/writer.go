@@ -56,10 +56,7 @@ type writer struct {
 	// their topics (size), so a later Put of the same topic is judged
 	// against the value it will actually replace.
 	pending map[valueKey]int64
-	// shrinking are value Puts held out of the batch to commit alone (see
-	// commitPublishes).
-	shrinking []*pubReq
-	stats     *stats
+	stats   *stats
 }
 
 type valueKey struct {
@@ -72,7 +69,7 @@ type pubReq struct {
 	ch  *channel
 	rec storage.Record
 	enc encoded
-	// alone: a value Put held out of its batch to commit by itself.
+	// alone: a value Put committed by itself, in its place in the batch.
 	alone bool
 	done  chan struct{}
 	out   storage.Record
@@ -102,10 +99,41 @@ type stats struct {
 	committedRecords  atomic.Uint64
 	commits           atomic.Uint64 // every committed write transaction
 	reliefGroups      atomic.Uint64 // relief transactions tried (groups and writes run alone)
+	// batches counts committed publish transactions (a value Put committed
+	// alone included) by how many records each carried, in the buckets
+	// batchBuckets names; largestBatch is the most any carried.
+	batches      [len(batchBuckets)]atomic.Uint64
+	batchRecords atomic.Uint64
+	largestBatch atomic.Uint64
+}
+
+// batchBuckets are the lower bounds of the batch-size buckets Stats
+// reports: how full group commit gets under a load is what they show.
+var batchBuckets = [...]int{1, 2, 8, 64, 256}
+
+// batchCommitted counts one committed publish transaction of n records.
+func (s *stats) batchCommitted(n int) {
+	i := len(batchBuckets) - 1
+	for i > 0 && n < batchBuckets[i] {
+		i--
+	}
+	s.batches[i].Add(1)
+	s.batchRecords.Add(uint64(n))
+	for {
+		old := s.largestBatch.Load()
+		if uint64(n) <= old || s.largestBatch.CompareAndSwap(old, uint64(n)) {
+			break
+		}
+	}
 }
 
 func (w *writer) run() {
-	defer close(w.done)
+	defer func() {
+		// done first, then the queue emptied: a submitter whose send lands
+		// after this drain sees done closed and empties it itself.
+		close(w.done)
+		w.failQueued()
+	}()
 	for {
 		select {
 		case <-w.close:
@@ -179,24 +207,51 @@ func (w *writer) collect(first *pubReq) {
 	w.batch = batch[:0]
 }
 
-// commitPublishes stores a batch in one transaction. A record its channel's
-// max_bytes refuses is answered before the transaction opens; if the
-// transaction fails, every record in it fails and the in-memory counters
-// are untouched, so the batch hands back exactly its offsets — none
-// skipped, none reused (invariant 9).
+// commitPublishes stores a batch in as few transactions as its order
+// allows, and answers each record once the transaction carrying it has
+// committed (invariant 18), in the batch's order.
 //
 // A value Put that replaces a value at least as large is never refused
-// (it frees what it takes), but a batch fails whole, so such a Put is held
-// out of the batch and committed alone afterwards, as a relief transaction
-// (putAlone). What a Put replaces is known by a pre-read on this
-// connection, which nothing else writes.
+// (it frees what it takes), but a transaction fails whole, so such a Put
+// is committed alone, as a relief transaction (putAlone). It is committed
+// in its place: the records before it in the batch go in one transaction
+// first, those after it in the next. Held out and committed after the whole
+// batch, it took an offset after records submitted later and, replacing a
+// later Put of its own topic, left the older value current — one
+// publisher's latest values stored out of the order it sent them (MQTT 5
+// §4.6), once a connection could have several in flight (storage.Submitter).
 func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
+	for len(batch) > 0 {
+		n := w.commitSegment(batch, closedBy)
+		// invariant 18: answered only once the transaction carrying the
+		// record has committed (or failed).
+		for _, r := range batch[:n] {
+			close(r.done)
+		}
+		batch = batch[n:]
+		if len(batch) > 0 && batch[0].alone {
+			w.putAlone(batch[0])
+			close(batch[0].done)
+			batch = batch[1:]
+		}
+	}
+}
+
+// commitSegment stores, in one transaction, the records of batch up to the
+// first value Put that must commit alone (marked alone, and not consumed),
+// and reports how many it consumed. A record its channel's max_bytes
+// refuses is answered before the transaction opens; if the transaction
+// fails, every record in it fails and the in-memory counters are
+// untouched, so the segment hands back exactly its offsets — none skipped,
+// none reused (invariant 9). What a Put replaces is known by a pre-read on
+// this connection, which nothing else writes.
+func (w *writer) commitSegment(batch []*pubReq, closedBy *atomic.Uint64) int {
 	w.touched = w.touched[:0]
-	w.shrinking = w.shrinking[:0]
 	clear(w.pending)
-	accepted := 0
+	accepted, n := 0, 0
 	for _, r := range batch {
 		if r.err != nil {
+			n++
 			continue
 		}
 		var old int64
@@ -205,14 +260,15 @@ func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 			var err error
 			if old, replaces, err = w.replacedSize(r); err != nil {
 				r.err = w.p.wrap("latest "+r.ch.name+": read the value of "+r.rec.Topic, err)
+				n++
 				continue
 			}
 			if replaces && old >= r.enc.size {
 				r.alone = true
-				w.shrinking = append(w.shrinking, r)
-				continue
+				break
 			}
 		}
+		n++
 		t := w.touch(r.ch)
 		if bound := r.ch.maxBytes.Load(); bound > 0 && t.bytes+r.enc.size > bound {
 			r.err = fmt.Errorf("storage %s: %s %s is at its max_bytes %d: %w", w.p.opts.Name, r.ch.kind, r.ch.name, bound, storage.ErrFull)
@@ -236,58 +292,63 @@ func (w *writer) commitPublishes(batch []*pubReq, closedBy *atomic.Uint64) {
 		}
 		accepted++
 	}
-	if accepted > 0 {
-		err := w.txn(false, func(ctx context.Context) error {
-			for _, r := range batch {
-				if r.err != nil || r.alone {
-					continue
-				}
-				if err := w.insert(ctx, r); err != nil {
-					return fmt.Errorf("%s %s offset %d: %w", r.ch.kind, r.ch.name, r.out.Offset, err)
-				}
+	segment := batch[:n]
+	if accepted == 0 {
+		return n
+	}
+	err := w.txn(false, func(ctx context.Context) error {
+		for _, r := range segment {
+			if r.err != nil {
+				continue
 			}
-			// One counter-row UPDATE per channel per batch, with the totals.
-			// Queue and value bytes are summed at open, not stored.
-			for _, t := range w.touched {
-				var err error
-				if t.ch.kind != kindAppend {
-					_, err = w.st[stUpdateNext].ExecContext(ctx, t.next, t.ch.id)
-				} else {
-					_, err = w.st[stUpdateNextBytes].ExecContext(ctx, t.next, t.bytes, t.ch.id)
-				}
-				if err != nil {
-					return fmt.Errorf("%s %s counters: %w", t.ch.kind, t.ch.name, err)
-				}
+			if err := w.insert(ctx, r); err != nil {
+				return fmt.Errorf("%s %s offset %d: %w", r.ch.kind, r.ch.name, r.out.Offset, err)
 			}
-			return nil
-		})
-		if err != nil {
-			err = w.p.wrap("store "+fmt.Sprint(accepted)+" records", err)
-			for _, r := range batch {
-				if r.err == nil && !r.alone {
-					r.err = err
-					r.out = storage.Record{}
-				}
-			}
-		} else {
-			for _, t := range w.touched {
-				t.ch.mu.Lock()
-				t.ch.next = t.next
-				t.ch.bytes = t.bytes
-				t.ch.depth = t.depth
-				t.ch.mu.Unlock()
-			}
-			closedBy.Add(1)
-			w.stats.committedRecords.Add(uint64(accepted))
 		}
+		// One counter-row UPDATE per channel per transaction, with the
+		// totals. Queue and value bytes are summed at open, not stored.
+		for _, t := range w.touched {
+			var err error
+			if t.ch.kind != kindAppend {
+				_, err = w.st[stUpdateNext].ExecContext(ctx, t.next, t.ch.id)
+			} else {
+				_, err = w.st[stUpdateNextBytes].ExecContext(ctx, t.next, t.bytes, t.ch.id)
+			}
+			if err != nil {
+				return fmt.Errorf("%s %s counters: %w", t.ch.kind, t.ch.name, err)
+			}
+		}
+		return w.beforePublishCommit(accepted)
+	})
+	if err != nil {
+		err = w.p.wrap("store "+fmt.Sprint(accepted)+" records", err)
+		for _, r := range segment {
+			if r.err == nil {
+				r.err = err
+				r.out = storage.Record{}
+			}
+		}
+		return n
 	}
-	for _, r := range w.shrinking {
-		w.putAlone(r)
+	for _, t := range w.touched {
+		t.ch.mu.Lock()
+		t.ch.next = t.next
+		t.ch.bytes = t.bytes
+		t.ch.depth = t.depth
+		t.ch.mu.Unlock()
 	}
-	clear(w.shrinking)
-	for _, r := range batch {
-		close(r.done)
+	closedBy.Add(1)
+	w.stats.committedRecords.Add(uint64(accepted))
+	w.stats.batchCommitted(accepted)
+	return n
+}
+
+// beforePublishCommit runs the test hook Faults.BeforePublishCommit.
+func (w *writer) beforePublishCommit(records int) error {
+	if f := w.p.opts.Faults; f != nil && f.BeforePublishCommit != nil {
+		return f.BeforePublishCommit(records)
 	}
+	return nil
 }
 
 // replacedSize is the size of the value a Put of r replaces: the one an
@@ -337,7 +398,7 @@ func (w *writer) putAlone(r *pubReq) {
 		if _, err := w.st[stUpdateNext].ExecContext(ctx, int64(next+1), ch.id); err != nil {
 			return fmt.Errorf("latest %s counters: %w", ch.name, err)
 		}
-		return nil
+		return w.beforePublishCommit(1)
 	})
 	if err != nil {
 		r.err = w.p.wrap("store the value of "+r.rec.Topic+" in "+ch.name, err)
@@ -351,6 +412,7 @@ func (w *writer) putAlone(r *pubReq) {
 	ch.next, ch.bytes, ch.depth = next+1, bytes+r.enc.size-old, depth
 	ch.mu.Unlock()
 	w.stats.committedRecords.Add(1)
+	w.stats.batchCommitted(1)
 }
 
 func (w *writer) touch(ch *channel) *touch {
@@ -483,31 +545,70 @@ func isFull(err error) bool {
 
 // publish hands a record to the writer and waits for its transaction.
 func (p *Provider) publish(ch *channel, rec storage.Record) (storage.Record, error) {
+	r := p.submit(ch, rec)
+	<-r.done
+	return r.out, r.err
+}
+
+// submit gives rec its place in the writer's queue of publishes and
+// returns at once: the queue is one FIFO for every channel of the
+// provider, and batches are committed (and answered) in its order, so one
+// goroutine's submissions take offsets, and are answered, in the order it
+// made them (storage.Submitter). The send waits only while the queue is
+// full (batchMax records waiting behind the transaction committing):
+// backpressure, bounded by the writer's progress (invariant 13).
+func (p *Provider) submit(ch *channel, rec storage.Record) *pubReq {
+	r := &pubReq{ch: ch, rec: rec, done: make(chan struct{})}
 	if p.closed.Load() {
-		return storage.Record{}, p.errClosed()
+		r.fail(p.errClosed())
+		return r
 	}
-	enc, err := encodeRecord(&rec)
+	enc, err := encodeRecord(&r.rec)
 	if err != nil {
-		return storage.Record{}, fmt.Errorf("storage %s: %s %s: %w", p.opts.Name, ch.kind, ch.name, err)
+		r.fail(fmt.Errorf("storage %s: %s %s: %w", p.opts.Name, ch.kind, ch.name, err))
+		return r
 	}
-	r := &pubReq{ch: ch, rec: rec, enc: enc, done: make(chan struct{})}
+	r.enc = enc
 	select {
 	case p.w.pubs <- r:
 	case <-p.w.close:
-		return storage.Record{}, p.errClosed()
+		r.fail(p.errClosed())
+		return r
 	}
+	// A writer that has stopped takes nothing more from the queue: what
+	// is left there (r, if the send raced the close) is answered here.
 	select {
-	case <-r.done:
 	case <-p.w.done:
-		// The writer may have answered just before it stopped.
+		p.w.failQueued()
+	default:
+	}
+	return r
+}
+
+// failQueued answers ErrClosed to every publish left in the queue once the
+// writer has stopped: none of them was stored, and none may be left
+// waiting. Run by the writer as it stops and by a submitter that finds it
+// stopped; a record is received from the queue once, so answered once.
+func (w *writer) failQueued() {
+	for {
 		select {
-		case <-r.done:
+		case r := <-w.pubs:
+			r.fail(w.p.errClosed())
 		default:
-			return storage.Record{}, p.errClosed()
+			return
 		}
 	}
-	return r.out, r.err
 }
+
+// fail answers a publish that was never stored.
+func (r *pubReq) fail(err error) {
+	r.out, r.err = storage.Record{}, err
+	close(r.done)
+}
+
+// Done and Result make a pubReq the storage.Pending that Submit returns.
+func (r *pubReq) Done() <-chan struct{}           { return r.done }
+func (r *pubReq) Result() (storage.Record, error) { return r.out, r.err }
 
 // do runs fn as one op on the writer goroutine and waits for it.
 func (p *Provider) do(fn func(w *writer) error) error {

@@ -70,9 +70,10 @@ var Cases = []Case{
 	{"Closed", Closed},
 }
 
-// Run runs every case in Cases, ValueCases and HoldCases as a subtest.
+// Run runs every case in Cases, ValueCases, HoldCases and SubmitCases as a
+// subtest.
 func Run(t *testing.T, open OpenFunc) {
-	for _, c := range slices.Concat(Cases, ValueCases, HoldCases) {
+	for _, c := range slices.Concat(Cases, ValueCases, HoldCases, SubmitCases) {
 		t.Run(c.Name, func(t *testing.T) { c.Test(t, open) })
 	}
 }

@@ -12,8 +12,11 @@
 //
 //   - QoS 1 publish throughput into an append channel (memory and sqlite
 //     providers) and QoS 1 broadcast, with 1, 8 and 64 concurrent
-//     publishers; the reference brokers have no channels, so Sagüin's append
-//     figures are set beside their QoS 1 broadcast to one subscriber;
+//     publishers one publish in flight each, and 8 publishers keeping 64 in
+//     flight each (-deep-windows); the reference brokers have no channels,
+//     so Sagüin's append figures are set beside their QoS 1 broadcast to
+//     one subscriber; on sqlite, the batch sizes group commit reached (the
+//     provider's close line);
 //   - the replay rate of a 100,000-record channel to one consumer;
 //   - broker start-up time over a 1,000,000-record sqlite database;
 //   - a 10,000-topic latest channel's state sent to a new subscriber, one
@@ -75,6 +78,7 @@ type options struct {
 	quick          bool
 	publishers     []int
 	window         int
+	deep           []shape // -deep-windows: extra throughput shapes
 	payload        int
 	brokers        []string
 	storages       []string
@@ -154,11 +158,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("saguin-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var pubs, brokers, storages, scenarios, readClients, storms string
+	var pubs, deep, brokers, storages, scenarios, readClients, storms string
 	fs.DurationVar(&o.duration, "duration", defaultDuration, "length of each throughput run (in-flight PUBACKs are still awaited)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke mode: 1s runs, 5,000-record replay and start-up database (explicit flags still win)")
 	fs.StringVar(&pubs, "publishers", "1,8,64", "comma-separated concurrent publisher counts")
 	fs.IntVar(&o.window, "window", 1, "QoS 1 publishes each publisher keeps in flight")
+	fs.StringVar(&deep, "deep-windows", "8x64", "throughput: extra shapes, publishers x publishes in flight each (\"\" for none)")
 	fs.IntVar(&o.payload, "payload", 128, "payload bytes")
 	fs.StringVar(&brokers, "brokers", strings.Join(brokerNames, ","), "brokers to measure (nats: the table only)")
 	fs.StringVar(&storages, "storages", "memory,sqlite", "Sagüin storage providers to measure")
@@ -203,6 +208,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var err error
 	if o.publishers, err = parseCounts(pubs); err != nil {
 		return o, fmt.Errorf("-publishers: %w", err)
+	}
+	if o.deep, err = parseShapes(deep); err != nil {
+		return o, fmt.Errorf("-deep-windows: %w", err)
 	}
 	if o.brokers, err = parseSet(brokers, brokerNames); err != nil {
 		return o, fmt.Errorf("-brokers: %w", err)

@@ -27,11 +27,16 @@ func TestRunMochiOnly(t *testing.T) {
 		t.Errorf("the command line is not the first line:\n%s", text)
 	}
 	for _, pubs := range []string{"1", "8"} {
-		row := regexp.MustCompile(`(?m)^\s*broadcast\s+` + pubs + `\s+-\s+([\d,]+) \*\s+-\s+-\s+-\s*$`)
+		row := regexp.MustCompile(`(?m)^\s*broadcast\s+` + pubs + `\s+1\s+-\s+([\d,]+) \*\s+-\s+-\s+-\s*$`)
 		m := row.FindStringSubmatch(text)
 		if m == nil || m[1] == "0" {
 			t.Errorf("no broadcast row with a mochi figure for %s publishers:\n%s", pubs, text)
 		}
+	}
+	// The deep-window shape (-deep-windows, default 8x64) is measured beside
+	// them, in a row of its own.
+	if !regexp.MustCompile(`(?m)^\s*broadcast\s+8\s+64\s+-\s+[\d,]+ \*\s+-\s+-\s+-\s*$`).MatchString(text) {
+		t.Errorf("no broadcast row for 8 publishers x 64 in flight:\n%s", text)
 	}
 	if !strings.Contains(text, "== saguin failures: none") {
 		t.Errorf("failures reported:\n%s", text)
@@ -87,6 +92,9 @@ func TestFlagsRefused(t *testing.T) {
 		{"-storages", ""},
 		{"-duration", "0s"},
 		{"-window", "0"},
+		{"-deep-windows", "8"},
+		{"-deep-windows", "0x64"},
+		{"-deep-windows", "8x0"},
 		{"-payload", "8"},
 		{"-replay-records", "0"},
 		{"-startup-runs", "0"},
@@ -129,7 +137,7 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.duration != defaultDuration || o.replayRecords != 100_000 || o.startupRecords != 1_000_000 ||
-		len(o.publishers) != 3 || o.publishers[2] != 64 {
+		len(o.publishers) != 3 || o.publishers[2] != 64 || !slices.Equal(o.deep, []shape{{8, 64}}) {
 		t.Fatalf("defaults are not the issue's: %+v", o)
 	}
 	// Issue 5's figures: a 10,000-topic state, fan-out to 1,000, point

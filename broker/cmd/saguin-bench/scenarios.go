@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +54,9 @@ func (b *bench) header(ctx context.Context) {
 	if b.o.runs("throughput") {
 		fmt.Fprintf(b.out, "load: QoS 1, %d-byte payloads, %d in flight per publisher, %s per run, publishers %v; subscriber Receive Maximum %d, at most %d messages behind; GOGC %d\n",
 			b.o.payload, b.o.window, b.o.duration, b.o.publishers, b.o.receiveMax, b.o.maxLag, b.o.gogc)
+		if len(b.o.deep) > 0 {
+			fmt.Fprintf(b.out, "deep windows: %s (publishers x publishes in flight each), measured beside them\n", shapeList(b.o.deep))
+		}
 	}
 	if b.o.runs("table") {
 		fmt.Fprintf(b.out, "table: %d-byte payloads, %d publishers, %s per run, fan-out to %d, storms of %v, %s QoS 1 publishes beside deaf subscribers; GOGC %d (this process)\n",
@@ -151,12 +156,12 @@ func (b *bench) runAll(ctx context.Context) {
 	}
 }
 
-func (b *bench) publishConfig(addr, prefix, ids string, pubs int, subscribe bool) loadgen.PublishConfig {
+func (b *bench) publishConfig(addr, prefix, ids string, sh shape, subscribe bool) loadgen.PublishConfig {
 	return loadgen.PublishConfig{
 		Addr:           addr,
 		TopicPrefix:    prefix,
-		Publishers:     pubs,
-		Window:         b.o.window,
+		Publishers:     sh.pubs,
+		Window:         sh.window,
 		Duration:       b.o.duration,
 		PayloadSize:    b.o.payload,
 		ClientIDPrefix: ids,
@@ -190,26 +195,26 @@ func (b *bench) runMosquitto(ctx context.Context) {
 	}
 	defer m.Stop(5 * time.Second)
 	b.mosqVer = m.Version
-	for _, pubs := range b.o.publishers {
+	for _, sh := range b.shapes() {
 		if ctx.Err() != nil {
 			return
 		}
-		cfg := b.publishConfig(m.Addr(), fmt.Sprintf("bench/mosquitto-p%d", pubs), fmt.Sprintf("mq-p%d", pubs), pubs, true)
+		cfg := b.publishConfig(m.Addr(), "bench/mosquitto-"+sh.tag(), "mq-"+sh.tag(), sh, true)
 		drops := m.Drops()
 		res, err := loadgen.Publish(ctx, cfg)
 		if err == nil {
-			b.results.mosquitto[pubs] = cell{rate: res.Rate(), ok: true}
-			b.progress("%s: %s", publishers(pubs), describe(res))
+			b.results.mosquitto[sh] = cell{rate: res.Rate(), ok: true}
+			b.progress("%s: %s", sh, describe(res))
 			continue
 		}
 		dropped := m.Drops() > drops
 		if dropped {
 			err = fmt.Errorf("%w (mosquitto logged %q: its own drop, with the subscriber never more than %d behind)", err, "Outgoing messages are being dropped", b.o.maxLag)
 		}
-		b.progress("%s: FAILED: %v", publishers(pubs), err)
-		b.results.refError(fmt.Sprintf("mosquitto, %s, max lag %d", publishers(pubs), b.o.maxLag), err)
+		b.progress("%s: FAILED: %v", sh, err)
+		b.results.refError(fmt.Sprintf("mosquitto, %s, max lag %d", sh, b.o.maxLag), err)
 		if !dropped || b.o.maxLag <= mosquittoFallbackLag || ctx.Err() != nil {
-			b.results.mosquitto[pubs] = cell{err: err.Error()}
+			b.results.mosquitto[sh] = cell{err: err.Error()}
 			continue
 		}
 		// mosquitto 2.0.11 drops a subscriber's messages with a backlog far
@@ -225,13 +230,13 @@ func (b *bench) runMosquitto(ctx context.Context) {
 			if m.Drops() > drops {
 				err = fmt.Errorf("%w (mosquitto logged %q)", err, "Outgoing messages are being dropped")
 			}
-			b.results.mosquitto[pubs] = cell{err: err.Error()}
-			b.results.refError(fmt.Sprintf("mosquitto, %s, max lag %d", publishers(pubs), mosquittoFallbackLag), err)
-			b.progress("%s, max lag %d: FAILED: %v", publishers(pubs), mosquittoFallbackLag, err)
+			b.results.mosquitto[sh] = cell{err: err.Error()}
+			b.results.refError(fmt.Sprintf("mosquitto, %s, max lag %d", sh, mosquittoFallbackLag), err)
+			b.progress("%s, max lag %d: FAILED: %v", sh, mosquittoFallbackLag, err)
 			continue
 		}
-		b.results.mosquitto[pubs] = cell{rate: res.Rate(), ok: true, note: fmt.Sprintf("mosquitto held to a lag of %d: at %d it dropped messages (see reference broker failures)", mosquittoFallbackLag, b.o.maxLag)}
-		b.progress("%s, max lag %d: %s", publishers(pubs), mosquittoFallbackLag, describe(res))
+		b.results.mosquitto[sh] = cell{rate: res.Rate(), ok: true, note: fmt.Sprintf("mosquitto held to a lag of %d: at %d it dropped messages (see reference broker failures)", mosquittoFallbackLag, b.o.maxLag)}
+		b.progress("%s, max lag %d: %s", sh, mosquittoFallbackLag, describe(res))
 	}
 }
 
@@ -243,45 +248,45 @@ const mosquittoFallbackLag = 10
 // that deadlocks it leaves nothing usable behind.
 func (b *bench) runMochi(ctx context.Context) {
 	fmt.Fprintf(b.out, "mochi-mqtt v%s (in-process, default options, allow-all auth), QoS 1 broadcast to one subscriber\n", loadgen.MochiVersion)
-	for _, pubs := range b.o.publishers {
+	for _, sh := range b.shapes() {
 		if ctx.Err() != nil {
 			return
 		}
 		if b.o.mochiQoS1 {
-			res, err := b.mochiRun(ctx, pubs, false)
+			res, err := b.mochiRun(ctx, sh, false)
 			if err == nil {
-				b.results.mochi[pubs] = cell{rate: res.Rate(), ok: true}
-				b.progress("%s, QoS 1 subscriber: %s", publishers(pubs), describe(res))
+				b.results.mochi[sh] = cell{rate: res.Rate(), ok: true}
+				b.progress("%s, QoS 1 subscriber: %s", sh, describe(res))
 				continue
 			}
-			b.progress("%s, QoS 1 subscriber: FAILED: %v", publishers(pubs), err)
-			b.results.refError(fmt.Sprintf("mochi, %s, QoS 1 subscriber", publishers(pubs)), err)
+			b.progress("%s, QoS 1 subscriber: FAILED: %v", sh, err)
+			b.results.refError(fmt.Sprintf("mochi, %s, QoS 1 subscriber", sh), err)
 			if ctx.Err() != nil {
 				return
 			}
 		}
-		res, err := b.mochiRun(ctx, pubs, true)
+		res, err := b.mochiRun(ctx, sh, true)
 		if err != nil {
-			b.results.mochi[pubs] = cell{err: err.Error()}
-			b.results.refError(fmt.Sprintf("mochi, %s, QoS 0 subscriber", publishers(pubs)), err)
-			b.progress("%s, QoS 0 subscriber: FAILED: %v", publishers(pubs), err)
+			b.results.mochi[sh] = cell{err: err.Error()}
+			b.results.refError(fmt.Sprintf("mochi, %s, QoS 0 subscriber", sh), err)
+			b.progress("%s, QoS 0 subscriber: FAILED: %v", sh, err)
 			continue
 		}
 		note := "mochi with a QoS 0 subscriber"
 		if b.o.mochiQoS1 {
 			note += ": its QoS 1 delivery failed (see reference broker failures)"
 		}
-		b.results.mochi[pubs] = cell{rate: res.Rate(), ok: true, note: note}
-		b.progress("%s, QoS 0 subscriber: %s", publishers(pubs), describe(res))
+		b.results.mochi[sh] = cell{rate: res.Rate(), ok: true, note: note}
+		b.progress("%s, QoS 0 subscriber: %s", sh, describe(res))
 	}
 }
 
-func (b *bench) mochiRun(ctx context.Context, pubs int, qos0 bool) (loadgen.Result, error) {
+func (b *bench) mochiRun(ctx context.Context, sh shape, qos0 bool) (loadgen.Result, error) {
 	m, err := loadgen.StartMochi()
 	if err != nil {
 		return loadgen.Result{}, err
 	}
-	cfg := b.publishConfig(m.Addr(), fmt.Sprintf("bench/mochi-p%d", pubs), fmt.Sprintf("mochi-p%d", pubs), pubs, true)
+	cfg := b.publishConfig(m.Addr(), "bench/mochi-"+sh.tag(), "mochi-"+sh.tag(), sh, true)
 	cfg.SubscribeQoS0 = qos0
 	res, err := loadgen.Publish(ctx, cfg)
 	if cerr := m.Close(5 * time.Second); cerr != nil && err == nil {
@@ -309,6 +314,10 @@ func (b *bench) runSaguin(ctx context.Context, bin, storage string) {
 		if err := p.term(); err != nil {
 			b.results.saguinError(storage+": shutdown", err)
 		}
+		if gc := groupCommit(p.out.String()); gc != "" {
+			b.results.groupCommit[storage] = gc
+			b.progress("sqlite group commit over this broker's runs: %s", gc)
+		}
 	}()
 	b.progress("listening on %s after %s", p.addr, p.ready.Round(time.Millisecond))
 	if b.o.runs("throughput") {
@@ -328,48 +337,48 @@ func (b *bench) runSaguinThroughput(ctx context.Context, p *saguinProc, storage 
 	appendScenario := "append " + storage
 	ledger := loadgen.NewLedger()
 	allOK := true
-	for _, pubs := range b.o.publishers {
+	for _, sh := range b.shapes() {
 		if ctx.Err() != nil {
 			return
 		}
-		res, err := loadgen.Publish(ctx, b.publishConfig(p.addr, fmt.Sprintf("events/%s-p%d", storage, pubs), fmt.Sprintf("append-%s-p%d", storage, pubs), pubs, false))
+		res, err := loadgen.Publish(ctx, b.publishConfig(p.addr, fmt.Sprintf("events/%s-%s", storage, sh.tag()), fmt.Sprintf("append-%s-%s", storage, sh.tag()), sh, false))
 		if err == nil {
 			err = ledger.Add(res)
 		}
 		if err != nil {
 			allOK = false
-			b.failSaguin(p, appendScenario, pubs, err)
+			b.failSaguin(p, appendScenario, sh, err)
 			continue
 		}
-		b.results.setSaguin(appendScenario, pubs, cell{rate: res.Rate(), ok: true})
-		b.progress("%s, %s: %s", appendScenario, publishers(pubs), describe(res))
+		b.results.setSaguin(appendScenario, sh, cell{rate: res.Rate(), ok: true})
+		b.progress("%s, %s: %s", appendScenario, sh, describe(res))
 	}
 	if b.o.verifyAppend && allOK && ledger.Total() > 0 && ctx.Err() == nil {
 		b.verifyChannel(ctx, p, storage, ledger)
 	}
 
 	broadcastScenario := "broadcast " + storage
-	for _, pubs := range b.o.publishers {
+	for _, sh := range b.shapes() {
 		if ctx.Err() != nil {
 			return
 		}
-		res, err := loadgen.Publish(ctx, b.publishConfig(p.addr, fmt.Sprintf("bench/%s-p%d", storage, pubs), fmt.Sprintf("broadcast-%s-p%d", storage, pubs), pubs, true))
+		res, err := loadgen.Publish(ctx, b.publishConfig(p.addr, fmt.Sprintf("bench/%s-%s", storage, sh.tag()), fmt.Sprintf("broadcast-%s-%s", storage, sh.tag()), sh, true))
 		if err != nil {
-			b.failSaguin(p, broadcastScenario, pubs, err)
+			b.failSaguin(p, broadcastScenario, sh, err)
 			continue
 		}
-		b.results.setSaguin(broadcastScenario, pubs, cell{rate: res.Rate(), ok: true})
-		b.progress("%s, %s: %s", broadcastScenario, publishers(pubs), describe(res))
+		b.results.setSaguin(broadcastScenario, sh, cell{rate: res.Rate(), ok: true})
+		b.progress("%s, %s: %s", broadcastScenario, sh, describe(res))
 	}
 }
 
-func (b *bench) failSaguin(p *saguinProc, scenario string, pubs int, err error) {
+func (b *bench) failSaguin(p *saguinProc, scenario string, sh shape, err error) {
 	if dead := p.alive(); dead != nil {
 		err = fmt.Errorf("%w; %w", err, dead)
 	}
-	b.results.setSaguin(scenario, pubs, cell{err: err.Error()})
-	b.results.saguinError(fmt.Sprintf("%s, %s", scenario, publishers(pubs)), err)
-	b.progress("%s, %s: FAILED: %v", scenario, publishers(pubs), err)
+	b.results.setSaguin(scenario, sh, cell{err: err.Error()})
+	b.results.saguinError(fmt.Sprintf("%s, %s", scenario, sh), err)
+	b.progress("%s, %s: FAILED: %v", scenario, sh, err)
 }
 
 // verifyChannel reads the append channel back from offset 1 and accounts
@@ -533,4 +542,25 @@ func publishers(n int) string {
 		return "1 publisher"
 	}
 	return fmt.Sprintf("%d publishers", n)
+}
+
+// closeLine is the sqlite provider's line at close: its publish
+// transactions and the records they carried, by batch size.
+var closeLine = regexp.MustCompile(`msg="storage closed" .*\bprovider=main type=sqlite publish_transactions=(\d+) publish_records=(\d+) largest_transaction=(\d+) transactions_by_records="([^"]*)"`)
+
+// groupCommit summarises the close line in a broker's output ("" when it
+// has none: a memory provider, or a broker killed before it closed).
+func groupCommit(out string) string {
+	m := closeLine.FindStringSubmatch(out)
+	if m == nil {
+		return ""
+	}
+	txns, _ := strconv.ParseFloat(m[1], 64)
+	recs, _ := strconv.ParseFloat(m[2], 64)
+	mean := "-"
+	if txns > 0 {
+		mean = strconv.FormatFloat(recs/txns, 'f', 1, 64)
+	}
+	return fmt.Sprintf("%s transactions carried %s records (%s per transaction, largest %s; by records carried %s)",
+		commas(txns), commas(recs), mean, m[3], m[4])
 }
