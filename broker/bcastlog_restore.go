@@ -207,9 +207,7 @@ func (b *Broker) restoreDelivery(r *restoredBcast, m *broadcastMsg, now time.Tim
 			pk.Expiry = time.Now().Unix() + int64(left)
 		}
 		r.cl.State.Inflight.Set(pk)
-		r.s.mu.Lock()
-		r.s.pids[w.PID] = r.o
-		r.s.mu.Unlock()
+		r.s.deliv.track(w.PID, r.o, routeOf(owed{group: w.Group}))
 		r.o.mu.Lock()
 		r.o.onWire[w.PID] = wireEntry{charge: e.charge + inflightEntryCost, m: m, qos: w.QoS, group: w.Group, pubrel: w.Pubrel}
 		r.o.wire += e.charge + inflightEntryCost

@@ -110,6 +110,9 @@ type Broker struct {
 	// the end of OnDisconnect: where the substrate's own cleanup of the
 	// connection follows.
 	afterTeardown atomic.Pointer[func(cl *mqtt.Client)]
+	// permitTest, set only by tests (deliveries_export_test.go), stands in
+	// for the permission every delivery asks (deliveries.go permit).
+	permitTest atomic.Pointer[func(clientID, route, topic string) bool]
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -296,9 +296,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		}
 		pk.PacketID = uint16(pid)
 		c.inflight[pk.PacketID] = rec.Offset
-		c.sess.mu.Lock()
-		c.sess.pids[pk.PacketID] = c
-		c.sess.mu.Unlock()
+		c.sess.deliv.track(pk.PacketID, c, routeAppend)
 		// The substrate's table reserves the identifier: no other delivery
 		// to this client takes it until the PUBACK frees it.
 		cl.State.Inflight.Set(pk)
@@ -400,7 +398,7 @@ func (c *consumer) unsend(cl *mqtt.Client, p prepared) {
 	}
 	c.mu.Unlock()
 	if pid != 0 {
-		c.sess.forget(pid)
+		c.sess.deliv.forget(pid)
 		cl.State.Inflight.Delete(pid)
 	}
 }

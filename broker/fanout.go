@@ -579,3 +579,12 @@ func (o *outbox) usage() (queued, writing, wire int64, waiting int) {
 	defer o.mu.Unlock()
 	return o.queued, o.writing, o.wire, len(o.q) - o.head
 }
+
+// routeOf is the delivery route an owed message takes: a shared group's,
+// or the session's own subscriptions'.
+func routeOf(e owed) route {
+	if e.group != "" {
+		return routeShared
+	}
+	return routeBroadcast
+}

@@ -267,9 +267,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 		// The PUBACK routes back through session.pids (OnPacketRead), and the
 		// substrate's table reserves the identifier and carries the packet
 		// to a resuming connection, which it resends (MQTT-4.4.0-1).
-		o.s.mu.Lock()
-		o.s.pids[pk.PacketID] = o
-		o.s.mu.Unlock()
+		o.s.deliv.track(pk.PacketID, o, routeOf(e))
 		if left > 0 {
 			// The substrate counts a resend's expiry down on its own clock.
 			pk.Expiry = time.Now().Unix() + int64(left)
@@ -306,14 +304,12 @@ func (o *outbox) reconcile(cl *mqtt.Client) {
 	}
 	o.mu.Unlock()
 	for _, pid := range pids {
-		o.s.mu.Lock()
-		ours := o.s.pids[pid] == ackTarget(o)
-		o.s.mu.Unlock()
+		ours := o.s.deliv.owns(pid, o)
 		if _, held := cl.State.Inflight.Get(pid); ours && held {
 			continue
 		}
 		if ours {
-			o.s.forget(pid)
+			o.s.deliv.forget(pid)
 		}
 		o.acked(pid)
 	}

@@ -591,9 +591,7 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 		}
 		pk.PacketID = uint16(pid)
 		c.inflight[pk.PacketID] = d
-		c.sess.mu.Lock()
-		c.sess.pids[pk.PacketID] = c
-		c.sess.mu.Unlock()
+		c.sess.deliv.track(pk.PacketID, c, routeLatest)
 		// The substrate's table reserves the identifier until the
 		// acknowledgement frees it.
 		cl.State.Inflight.Set(pk)
@@ -682,7 +680,7 @@ func (c *latestConsumer) unsend(cl *mqtt.Client, items []latestPrepared) {
 	}
 	c.mu.Unlock()
 	for _, pid := range pids {
-		c.sess.forget(pid)
+		c.sess.deliv.forget(pid)
 		cl.State.Inflight.Delete(pid)
 	}
 }

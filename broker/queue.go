@@ -173,7 +173,7 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 		// leaves the table with the lease. (One PUBACKed already freed its
 		// packet id, which another delivery may hold by now.)
 		heldOn.State.Inflight.Delete(held.pid)
-		s.forget(held.pid)
+		s.deliv.forget(held.pid)
 	}
 	if held != nil {
 		q.endLease(held, "session ended", held.received)
@@ -191,7 +191,7 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 		q.mu.Unlock()
 		return
 	}
-	d.worker.sess.forget(d.pid)
+	d.worker.sess.deliv.forget(d.pid)
 	cl.State.Inflight.Delete(d.pid)
 	q.mu.Lock()
 	// A lease being ended decides the job itself.

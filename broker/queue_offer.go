@@ -309,9 +309,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	pk.Properties.User = append(pk.Properties.User,
 		packets.UserProperty{Key: "saguin-attempt", Val: strconv.FormatUint(uint64(item.Attempts)+1, 10)})
 
-	w.sess.mu.Lock()
-	w.sess.pids[d.pid] = queueAck{q: q, d: d}
-	w.sess.mu.Unlock()
+	w.sess.deliv.track(d.pid, queueAck{q: q, d: d}, routeQueue)
 	cl.State.Inflight.Set(pk)
 
 	q.b.wg.Add(1)

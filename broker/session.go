@@ -36,10 +36,9 @@ type session struct {
 	// latest by channel name: one per latest channel the session's filters
 	// reach (latest_consumer.go).
 	latest map[string]*latestConsumer
-	// pids maps a packet identifier Sagüin took for a delivery (a channel
-	// record or a queue job) to what the PUBACK acknowledges, so a PUBACK
-	// finds its delivery in O(1).
-	pids map[uint16]ackTarget
+	// deliv is every delivery to the session's connection, and its ack
+	// table (deliveries.go). Reached without s.mu.
+	deliv *deliveries
 	// queues are the queues this session consumes ($saguin/queue/<name>).
 	queues map[string]bool
 	// subs are the session's channel-reaching subscriptions by filter.
@@ -83,7 +82,7 @@ func newSession(id string) *session {
 		id:        id,
 		consumers: make(map[string]*consumer),
 		latest:    make(map[string]*latestConsumer),
-		pids:      make(map[uint16]ackTarget),
+		deliv:     newDeliveries(),
 		queues:    make(map[string]bool),
 		subs:      make(map[string]subscription),
 		declared:  make(map[string]partition.Matcher),
@@ -109,13 +108,6 @@ func (s *session) owner() *mqtt.Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cl
-}
-
-// forget drops a packet id the session's pumps held.
-func (s *session) forget(pid uint16) {
-	s.mu.Lock()
-	delete(s.pids, pid)
-	s.mu.Unlock()
 }
 
 // stopPumps stops every consumer's pump and takes their deliveries out of
@@ -144,39 +136,13 @@ func (s *session) stopPumps(cl *mqtt.Client) {
 	if o := s.bcast.Load(); o != nil {
 		o.stop()
 	}
-	s.mu.Lock()
-	pids := s.pids
-	s.pids = make(map[uint16]ackTarget)
-	for pid, target := range pids {
-		if _, ok := target.(*outbox); ok {
-			// A broadcast delivery on the wire stays the session's: the
-			// substrate carries it to a resuming connection and resends it,
-			// and that connection's PUBACK releases it (fanout.go).
-			s.pids[pid] = target
-		}
-	}
-	s.mu.Unlock()
-	if cl != nil {
-		for pid, target := range pids {
-			switch target.(type) {
-			case *consumer, *latestConsumer:
-			default:
-				continue // queue deliveries are returned by their engine
-			}
-			cl.State.Inflight.Delete(pid)
-		}
-	}
+	s.deliv.takeBack(cl)
 }
 
 // puback routes a PUBACK to the consumer whose delivery it acknowledges.
 // Reports whether it was one of ours.
 func (s *session) puback(cl *mqtt.Client, pk packets.Packet) bool {
-	s.mu.Lock()
-	c, ok := s.pids[pk.PacketID]
-	if ok {
-		delete(s.pids, pk.PacketID)
-	}
-	s.mu.Unlock()
+	c, ok := s.deliv.take(pk.PacketID)
 	if !ok {
 		return false
 	}
@@ -207,11 +173,6 @@ func (s *session) roomFreed(b *Broker) {
 	if o := s.bcast.Load(); o != nil {
 		o.poke()
 	}
-}
-
-// ackTarget is what a PUBACK for one of Sagüin's deliveries acknowledges.
-type ackTarget interface {
-	acked(pid uint16)
 }
 
 // latestConsumers lists the session's latest consumers. Caller holds s.mu.

@@ -88,7 +88,7 @@ func TestInvariant17_OldConnectionEndKeepsTheNewOwnersAcks(t *testing.T) {
 		defer b.claims.release("tk", newConn)
 		s.mu.Lock()
 		s.cl, s.lastSeen = newConn, time.Time{}
-		s.pids[pid] = c
+		s.deliv.track(pid, c, routeAppend)
 		s.mu.Unlock()
 	}()
 	if !claimed {
