@@ -117,17 +117,26 @@ func (d *deliveries) reserve(cl *mqtt.Client, t ackTarget, r route, pk *packets.
 
 // release takes back a reservation whose delivery never reached the wire
 // (or never will): its identifier is free again. Only the target that
-// reserved it releases it.
+// reserved it releases it; one another delivery holds now is left alone.
 func (d *deliveries) release(cl *mqtt.Client, pid uint16, t ackTarget) {
 	d.mu.Lock()
 	ex, ok := d.table[pid]
-	if ok && ex.target == t {
+	mine := !ok || ex.target == t
+	if ok && mine {
 		delete(d.table, pid)
 	}
 	d.mu.Unlock()
-	if ok && ex.target == t && cl != nil {
+	if mine && cl != nil {
+		// Also when a stop already took it out of the table (takeBack):
+		// the substrate's copy would be resent to a resuming connection.
 		cl.State.Inflight.Delete(pid)
 	}
+}
+
+// room reports whether the client's Receive Maximum leaves room for one
+// more QoS 1/2 delivery.
+func (d *deliveries) room(cl *mqtt.Client) bool {
+	return windowFree(cl)
 }
 
 // track records a delivery whose identifier was taken elsewhere (a route

@@ -37,6 +37,7 @@ type delivery struct {
 	id       string // the Delivery ID: opaque, unique per attempt, ≤ 32 bytes
 	offset   uint64
 	worker   *worker
+	conn     *mqtt.Client // the worker's connection it was offered on
 	pid      uint16
 	state    deliveryState
 	written  bool      // the PUBLISH reached the connection
@@ -172,8 +173,7 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 		// queue has just taken back and may offer to another worker. It
 		// leaves the table with the lease. (One PUBACKed already freed its
 		// packet id, which another delivery may hold by now.)
-		heldOn.State.Inflight.Delete(held.pid)
-		s.deliv.forget(held.pid)
+		s.deliv.release(heldOn, held.pid, queueAck{q: q, d: held})
 	}
 	if held != nil {
 		q.endLease(held, "session ended", held.received)
@@ -191,8 +191,7 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 		q.mu.Unlock()
 		return
 	}
-	d.worker.sess.deliv.forget(d.pid)
-	cl.State.Inflight.Delete(d.pid)
+	d.worker.sess.deliv.release(cl, d.pid, queueAck{q: q, d: d})
 	q.mu.Lock()
 	// A lease being ended decides the job itself.
 	current := q.out[d.offset] == d && !d.ending
