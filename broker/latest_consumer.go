@@ -557,10 +557,14 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 		c.mu.Unlock()
 		return batch, true
 	}
-	if m.qos > 0 && !(len(c.inflight) < pumpMaxInflight && windowFree(cl)) {
+	// wait writes what is prepared, so the client can acknowledge it,
+	// and waits for a wake: an acknowledgement, or a refused grant given
+	// back (permissionsChanged). The caller reads the store again: the
+	// values read before the wait may have been replaced during it (RFC
+	// 0003 §9 "Window": a waiting value is replaced by a newer one for the
+	// same topic). c.mu is held on entry and let go.
+	wait := func() ([]latestPrepared, bool) {
 		c.mu.Unlock()
-		// Out of room: what is prepared goes out now, so the client can
-		// acknowledge it, and the pump waits for an acknowledgement.
 		if !c.flush(cl, batch) {
 			return batch[:0], false
 		}
@@ -568,11 +572,16 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 		case <-ctx.Done():
 		case <-c.wake:
 		}
-		// The values read before the wait may have been replaced
-		// during it: the pump reads the store again rather than send
-		// one (RFC 0003 §9 "Window": a waiting value is replaced by a
-		// newer one for the same topic).
 		return batch[:0], false
+	}
+	if !c.b.permit(cl, routeLatest, rec.Topic) {
+		// invariant 16: refused where it stands, never stepped over, so
+		// nothing is lost if the grant comes back — and that is what
+		// wakes the pump, not the next value stored.
+		return wait()
+	}
+	if m.qos > 0 && len(c.inflight) >= pumpMaxInflight {
+		return wait()
 	}
 	pk := c.b.deliveryPacket(rec, c.ch, m, now)
 	if state {
@@ -582,19 +591,11 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	}
 	d := latestDelivery{offset: rec.Offset, topic: rec.Topic, state: state}
 	if m.qos > 0 {
-		pid, err := cl.NextPacketID()
-		if err != nil {
-			c.mu.Unlock()
-			c.b.log.Warn("packet identifiers exhausted", "client", c.sess.id)
-			c.sleep(ctx, 100*time.Millisecond)
-			return batch, false
+		// Out of room in the client's window: wait for an acknowledgement.
+		if !c.sess.deliv.reserve(cl, c, routeLatest, &pk) {
+			return wait()
 		}
-		pk.PacketID = uint16(pid)
 		c.inflight[pk.PacketID] = d
-		c.sess.deliv.track(pk.PacketID, c, routeLatest)
-		// The substrate's table reserves the identifier until the
-		// acknowledgement frees it.
-		cl.State.Inflight.Set(pk)
 	}
 	c.advanceLocked(src, passID, rec.Offset)
 	c.mu.Unlock()
@@ -608,9 +609,8 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	return batch, true
 }
 
-// flush writes the prepared deliveries in one write, under the client's
-// lock as the substrate's own writes are, bounded by the connection's
-// write deadline (invariant 16). It reports whether the pump may go on.
+// flush writes the prepared deliveries in one write through the session's
+// deliveries, bounded by the connection's write deadline (invariant 16). It reports whether the pump may go on.
 // What never reached the wire is taken back: the cursor it came from goes
 // back below it (a value is never skipped, RFC 0003 §5).
 func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
@@ -629,9 +629,7 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 			continue
 		}
 		if buf.Len() > 0 {
-			cl.Lock()
-			_, _ = cl.Net.Conn.Write(buf.Bytes())
-			cl.Unlock()
+			_ = c.sess.deliv.write(cl, buf.Bytes())
 		}
 		c.unsend(cl, batch[i:])
 		if errors.Is(err, packets.ErrPacketTooLarge) {
@@ -646,10 +644,7 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 		}
 		return false
 	}
-	cl.Lock()
-	_, err := cl.Net.Conn.Write(buf.Bytes())
-	cl.Unlock()
-	return err == nil
+	return c.sess.deliv.write(cl, buf.Bytes()) == nil
 }
 
 // unsend takes back deliveries that never reached the wire.
@@ -680,7 +675,6 @@ func (c *latestConsumer) unsend(cl *mqtt.Client, items []latestPrepared) {
 	}
 	c.mu.Unlock()
 	for _, pid := range pids {
-		c.sess.deliv.forget(pid)
-		cl.State.Inflight.Delete(pid)
+		c.sess.deliv.release(cl, pid, c)
 	}
 }
