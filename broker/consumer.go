@@ -245,10 +245,51 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		return batch, !stale
 	}
 
+	// wait writes what is prepared, so the client can acknowledge it, and
+	// waits for a wake (an acknowledgement, a grant given back) or a
+	// raised floor. It reports whether the pump may look at rec again.
+	wait := func() bool {
+		if !c.flush(cl, batch) {
+			batch = batch[:0]
+			return false
+		}
+		batch = batch[:0]
+		// invariant 1: the record waiting here was read before the wait,
+		// and retention may pass it while the client holds its window.
+		// A raised floor wakes the pump, which reads again — from below
+		// the floor, so it restarts at the floor now, not once the
+		// client acknowledges.
+		raised := c.ch.floorWait()
+		if rec.Offset < c.ch.log.Floor() {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.wake:
+		case <-raised:
+		}
+		return true
+	}
+	for !c.b.permit(cl, routeAppend, rec.Topic) {
+		// invariant 16: a refused record stalls the consumer where it
+		// stands — never stepped over, its position unmoved — so nothing is
+		// lost if the grant comes back, and the grant coming back is what
+		// wakes it (permissionsChanged), not the next record published.
+		if !wait() {
+			return batch, false
+		}
+		c.mu.Lock()
+		stale := c.era != era
+		c.mu.Unlock()
+		if stale {
+			return batch, false
+		}
+	}
 	if m.qos > 0 {
 		for {
 			c.mu.Lock()
-			room := len(c.inflight) < pumpMaxInflight && windowFree(cl)
+			room := len(c.inflight) < pumpMaxInflight && c.sess.deliv.room(cl)
 			stale := c.era != era
 			c.mu.Unlock()
 			if stale {
@@ -257,26 +298,9 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 			if room {
 				break
 			}
-			// Out of room: what is prepared goes out now, so the client can
-			// acknowledge it, and the pump waits for an acknowledgement.
-			if !c.flush(cl, batch) {
-				return batch[:0], false
-			}
-			batch = batch[:0]
-			// invariant 1: the record waiting here was read before the wait,
-			// and retention may pass it while the client holds its window.
-			// A raised floor wakes the pump, which reads again — from below
-			// the floor, so it restarts at the floor now, not once the
-			// client acknowledges.
-			raised := c.ch.floorWait()
-			if rec.Offset < c.ch.log.Floor() {
+			// Out of room: the pump waits for an acknowledgement.
+			if !wait() {
 				return batch, false
-			}
-			select {
-			case <-ctx.Done():
-				return batch, false
-			case <-c.wake:
-			case <-raised:
 			}
 		}
 	}
@@ -288,18 +312,13 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		return batch, false
 	}
 	if m.qos > 0 {
-		pid, err := cl.NextPacketID()
-		if err != nil {
+		if !c.sess.deliv.reserve(cl, c, routeAppend, &pk) {
+			// The window filled since it was looked at (another route
+			// took the room): the pump reads again, and waits there.
 			c.mu.Unlock()
-			c.b.log.Warn("packet identifiers exhausted", "client", c.sess.id)
-			return batch, c.sleep(ctx, 100*time.Millisecond)
+			return batch, false
 		}
-		pk.PacketID = uint16(pid)
 		c.inflight[pk.PacketID] = rec.Offset
-		c.sess.deliv.track(pk.PacketID, c, routeAppend)
-		// The substrate's table reserves the identifier: no other delivery
-		// to this client takes it until the PUBACK frees it.
-		cl.State.Inflight.Set(pk)
 	}
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
@@ -314,9 +333,8 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	return batch, true
 }
 
-// flush writes the prepared deliveries in one write, under the client's lock
-// as the substrate's own writes are, bounded by the connection's write
-// deadline (invariant 16). It reports whether the pump may go on.
+// flush writes the prepared deliveries in one write through the session's
+// deliveries, bounded by the connection's write deadline (invariant 16). It reports whether the pump may go on.
 func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	if len(batch) == 0 {
 		return true
@@ -345,9 +363,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	for i := range batch {
 		if err := encodeDelivery(&buf, &batch[i].pk, cl.Properties.ProtocolVersion, max); err != nil {
 			if buf.Len() > 0 {
-				cl.Lock()
-				_, _ = cl.Net.Conn.Write(buf.Bytes())
-				cl.Unlock()
+				_ = c.sess.deliv.write(cl, buf.Bytes())
 			}
 			for _, p := range batch[i:] {
 				c.unsend(cl, p)
@@ -366,10 +382,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 		}
 		qos0 = qos0 || batch[i].pk.FixedHeader.Qos == 0
 	}
-	cl.Lock()
-	_, err := cl.Net.Conn.Write(buf.Bytes())
-	cl.Unlock()
-	if err != nil {
+	if err := c.sess.deliv.write(cl, buf.Bytes()); err != nil {
 		return false
 	}
 	if qos0 {
@@ -398,8 +411,7 @@ func (c *consumer) unsend(cl *mqtt.Client, p prepared) {
 	}
 	c.mu.Unlock()
 	if pid != 0 {
-		c.sess.deliv.forget(pid)
-		cl.State.Inflight.Delete(pid)
+		c.sess.deliv.release(cl, pid, c)
 	}
 }
 
