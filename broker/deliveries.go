@@ -139,6 +139,20 @@ func (d *deliveries) room(cl *mqtt.Client) bool {
 	return windowFree(cl)
 }
 
+// inFlight is how many QoS 1/2 exchanges with the client are unfinished.
+func (d *deliveries) inFlight(cl *mqtt.Client) int {
+	return cl.State.Inflight.Len()
+}
+
+// receiveMaximum is how many QoS 1/2 deliveries the client takes
+// unacknowledged (MQTT 5 §3.1.2.11.3: absent means 65,535).
+func receiveMaximum(cl *mqtt.Client) int {
+	if rm := int(cl.Properties.Props.ReceiveMaximum); rm > 0 {
+		return rm
+	}
+	return 65535
+}
+
 // track records a delivery whose identifier was taken elsewhere (a route
 // not yet handed over to reserve).
 func (d *deliveries) track(pid uint16, t ackTarget, r route) {

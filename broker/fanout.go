@@ -387,16 +387,15 @@ func (o *outbox) poke() {
 func (o *outbox) offer(b *Broker, m *broadcastMsg, qos byte, group string, share bool) bool {
 	charge := m.charge()
 	half := b.cfg.Broker.Limits.SessionQueueBytes / 2
+	if share && !o.eligible(b, m, qos) {
+		return false // the group tries its next member (share.go)
+	}
 	o.mu.Lock()
 	if !o.live && (qos == 0 || share) {
 		// QoS 0 is not owed to a session away (MQTT 5 §4.1); a group
 		// first looks for a connected member.
 		o.mu.Unlock()
 		return false
-	}
-	if share && !o.eligibleLocked(m, qos) {
-		o.mu.Unlock()
-		return false // the group tries its next member (share.go)
 	}
 	fits := func() bool {
 		waiting := o.queued + o.writing

@@ -188,17 +188,10 @@ func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
 	}
 }
 
-// write writes one run of deliveries under the client's lock, as every
-// writer to a client does, bounded by the connection's write deadline
-// (conn.go).
+// write writes one run of deliveries through the session's deliveries,
+// bounded by the connection's write deadline (invariant 16).
 func (o *outbox) write(cl *mqtt.Client, p []byte) error {
-	if cl.Closed() || cl.Net.Conn == nil {
-		return mqtt.ErrConnectionClosed
-	}
-	cl.Lock()
-	defer cl.Unlock()
-	_, err := cl.Net.Conn.Write(p)
-	return err
+	return o.s.deliv.write(cl, p)
 }
 
 // fill encodes up to fanoutWriteBatch waiting deliveries into buf, taking
@@ -224,8 +217,9 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			declared = b.declaredOf(cl.ID)
 		}
 		pk, left, outcome := shapeBroadcast(e, subs, declared, cl.ID, v, now)
-		if outcome == shapeDeliver && !b.readAllowed(cl, e.m.topic) {
-			// Not sent where the acl_file disallows it now; let go like an
+		if outcome == shapeDeliver && !b.permit(cl, routeOf(e), e.m.topic) {
+			// invariant 16: asked per delivery, not only at SUBSCRIBE. Not
+			// sent where the grant is refused now; let go like an
 			// acknowledged one (RFC 0003 "Broadcast").
 			outcome = shapeUnmatched
 		}
@@ -235,18 +229,32 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			}
 			continue
 		}
+		r := routeOf(e)
 		if pk.FixedHeader.Qos > 0 {
-			if !windowFree(cl) || !o.wireRoom(b, e.charge) {
+			if !o.wireRoom(b, e.charge) {
 				return qos0, true
 			}
-			pid, err := cl.NextPacketID()
-			if err != nil {
-				return qos0, true
+			if left > 0 {
+				// The substrate counts a resend's expiry down on its own clock.
+				pk.Expiry = time.Now().Unix() + int64(left)
 			}
-			pk.PacketID = uint16(pid)
+			// The substrate resends its in-flight table to a resuming
+			// connection ordered by the low 16 bits of Created: the outbox's
+			// sequence there keeps them in the order first sent
+			// (MQTT-4.6.0-1), where seconds would tie. Created serves
+			// nothing else (no maximum message expiry is set on the
+			// substrate).
+			pk.Created = now.Unix()&^0xFFFF | int64(uint16(e.seq))
+			// The PUBACK routes back through the session's deliveries
+			// (OnPacketRead); the delivery is carried to a resuming
+			// connection and resent (MQTT-4.4.0-1).
+			if !o.s.deliv.reserve(cl, o, r, &pk) {
+				return qos0, true // the client's Receive Maximum is full
+			}
 		}
 		start := buf.Len()
 		if err := encodeDelivery(buf, &pk, v, maxSize); err != nil {
+			o.s.deliv.release(cl, pk.PacketID, o)
 			if o.take(e.seq, 0, true) {
 				// RFC 0003 §5: a broadcast message too large for the
 				// subscriber is dropped for it; it stays connected.
@@ -257,39 +265,15 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 		}
 		if !o.take(e.seq, pk.PacketID, false) {
 			buf.Truncate(start) // given up by a publisher meanwhile
+			o.s.deliv.release(cl, pk.PacketID, o)
 			continue
 		}
 		n++
 		if pk.PacketID == 0 {
 			qos0 += e.charge
-			continue
 		}
-		// The PUBACK routes back through session.pids (OnPacketRead), and the
-		// substrate's table reserves the identifier and carries the packet
-		// to a resuming connection, which it resends (MQTT-4.4.0-1).
-		o.s.deliv.track(pk.PacketID, o, routeOf(e))
-		if left > 0 {
-			// The substrate counts a resend's expiry down on its own clock.
-			pk.Expiry = time.Now().Unix() + int64(left)
-		}
-		// The substrate resends its in-flight table to a resuming
-		// connection ordered by the low 16 bits of Created: the outbox's
-		// sequence there keeps them in the order first sent (MQTT-4.6.0-1),
-		// where seconds would tie. Created serves nothing else (no maximum
-		// message expiry is set on the substrate).
-		pk.Created = now.Unix()&^0xFFFF | int64(uint16(e.seq))
-		cl.State.Inflight.Set(pk)
 	}
 	return qos0, false
-}
-
-// readAllowed asks the acl_file whether cl may be sent a message on topic,
-// through the hook the substrate asked for each of its deliveries: per
-// delivery, not only at SUBSCRIBE, so a grant narrowed while the broker
-// runs stops what was already subscribed (invariant 16).
-func (b *Broker) readAllowed(cl *mqtt.Client, topic string) bool {
-	h := hook{b: b}
-	return h.OnACLCheck(cl, topic, false)
 }
 
 // reconcile releases on-the-wire deliveries the connection no longer holds:

@@ -96,11 +96,7 @@ func (s *session) reader() string { return "mqtt:" + s.id }
 // one more QoS>0 delivery. The substrate's in-flight table counts every
 // outstanding exchange with this client, ours and its own.
 func windowFree(cl *mqtt.Client) bool {
-	rm := int(cl.Properties.Props.ReceiveMaximum)
-	if rm == 0 {
-		rm = 65535 // MQTT 5 §3.1.2.11.3: absent means 65,535
-	}
-	return cl.State.Inflight.Len() < rm
+	return cl.State.Inflight.Len() < receiveMaximum(cl)
 }
 
 // owner returns the connection that owns the session, or nil.
