@@ -413,7 +413,7 @@ func (b *Broker) Close() error {
 		}
 		b.mu.Unlock()
 		for _, s := range sessions {
-			s.stopPumps(nil)
+			s.stopPumps()
 		}
 		b.wg.Wait()
 		b.refusals.Flush(true) // what the rate limit held back is still told

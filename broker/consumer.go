@@ -305,14 +305,15 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		}
 	}
 
-	pk := c.b.deliveryPacket(rec, c.ch, m, c.b.clock.Now())
+	now := c.b.clock.Now()
+	pk := c.b.deliveryPacket(rec, c.ch, m, now)
 	c.mu.Lock()
 	if c.era != era || c.next != rec.Offset {
 		c.mu.Unlock()
 		return batch, false
 	}
 	if m.qos > 0 {
-		if !c.sess.deliv.reserve(cl, c, routeAppend, &pk) {
+		if !c.sess.deliv.reserve(cl, c, routeAppend, &pk, now) {
 			// The window filled since it was looked at (another route
 			// took the room): the pump reads again, and waits there.
 			c.mu.Unlock()
@@ -411,7 +412,7 @@ func (c *consumer) unsend(cl *mqtt.Client, p prepared) {
 	}
 	c.mu.Unlock()
 	if pid != 0 {
-		c.sess.deliv.release(cl, pid, c)
+		c.sess.deliv.release(pid, c)
 	}
 }
 

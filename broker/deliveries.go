@@ -2,7 +2,9 @@ package broker
 
 import (
 	"bytes"
+	"slices"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -10,12 +12,23 @@ import (
 
 // The delivery seam (rfcs/delivery-seam.md). Every delivery Sagüin makes to
 // a session's connection — an append or latest pump's record, a queue job,
-// a broadcast or shared-group message, a retained value — is handed over
-// through the session's deliveries: asked permission for, given its packet
-// identifier and its entry in the session's ack table, written, and
-// acknowledged, released or taken back there. No other file touches the
-// packet identifiers of server→client exchanges or writes a delivery to the
-// connection.
+// a broadcast or shared-group message, a retained value, and what a resumed
+// session is sent again — is handed over through the session's deliveries:
+// asked permission for, given its packet identifier and its entry in the
+// session's ack table, written, and acknowledged, released or taken back
+// there. No other file touches the packet identifiers of server→client
+// exchanges or writes a delivery to the connection.
+//
+// The identifiers are the session's own, not the substrate's. The
+// substrate kept one in-flight table for both directions, keyed by packet
+// identifier, though the client and the server number their exchanges
+// independently (MQTT 5 §2.2.1): a client PUBLISH under the number of one
+// of our deliveries deleted that delivery's entry, a SUBSCRIBE or
+// UNSUBSCRIBE under it was answered 0x91, and the client's PUBRECs for our
+// QoS 2 deliveries spent its own Receive Maximum. The substrate's table now
+// holds only the client's QoS 2 exchanges with the broker, and never sees a
+// PUBACK, PUBREC or PUBCOMP: those always answer an exchange the broker
+// started (MQTT 5 §4.3), so they come here (OnPacketRead).
 
 // route is the path a delivery takes to the connection: what the
 // permission hook is told, and what a stop or takeover does with the
@@ -59,9 +72,20 @@ func (r route) kept() bool {
 }
 
 // ackTarget is what the acknowledgement of one of Sagüin's deliveries
-// reaches: the consumer, queue delivery or outbox that made it.
+// reaches: the consumer, queue delivery or outbox that made it. acked is
+// called once per exchange that ends (PUBACK, PUBCOMP, a PUBREC refusing
+// it, or a resend let go), never with a lock of the deliveries held.
 type ackTarget interface {
 	acked(pid uint16)
+}
+
+// pubrecTarget is a target that learns of the PUBREC of its QoS 2
+// delivery. It reports whether it writes the PUBREL itself: the outbox does
+// for a logged message of a durable session, once the window saying
+// "PUBREL owed" is stored (delivery-front §6), so a crash after the PUBREL
+// resends the PUBREL, never the message.
+type pubrecTarget interface {
+	pubrecd(pid uint16) (writesPubrel bool)
 }
 
 // retainedAck is the target of a retained value's delivery: nothing waits
@@ -75,73 +99,41 @@ func (retainedAck) acked(uint16) {}
 type exchange struct {
 	target ackTarget
 	route  route
+	qos    byte
+	// seq orders the exchanges as first sent: a resume sends them again in
+	// that order (MQTT-4.6.0-1).
+	seq uint64
+	// pubrel: the client PUBREC'd the QoS 2 delivery; a PUBREL is owed
+	// until its PUBCOMP, and the message is never sent again.
+	pubrel bool
+	// resend is the PUBLISH as first written, for a kept route: what a
+	// resumed session is sent again (with DUP). expires is when its
+	// Message Expiry Interval runs out (zero: none).
+	resend  *packets.Packet
+	expires time.Time
 }
 
-// deliveries is a session's deliveries to whichever connection owns it. Its
-// lock is a leaf: nothing else is locked while it is held, and nothing is
-// called out (no target, no permission hook, no socket).
+// deliveries is a session's deliveries to whichever connection owns it,
+// and the session's server→client packet identifiers. Its lock is a leaf:
+// nothing else is locked while it is held, and nothing is called out (no
+// target, no permission hook, no socket) — so any lock may be held by a
+// caller (c.mu, q.mu), and none may be taken inside.
 type deliveries struct {
 	mu sync.Mutex
-	// table holds every unacknowledged QoS 1/2 exchange the broker started
-	// with the session, by packet identifier, so an acknowledgement finds
-	// its delivery in O(1).
-	table map[uint16]exchange
+	// cl is the connection served (resume), nil while the session is away
+	// or its pumps are stopped (takeBack): nothing is reserved for, or
+	// written to, any other connection (invariant 17).
+	cl *mqtt.Client
+	// table holds every unfinished QoS 1/2 exchange the broker started with
+	// the session, by packet identifier. Bounded (invariant 13): nothing is
+	// reserved past the client's Receive Maximum, at most 65,535.
+	table map[uint16]*exchange
+	next  uint16 // the identifier last given: the next search starts after it
+	seq   uint64
 }
 
 func newDeliveries() *deliveries {
-	return &deliveries{table: make(map[uint16]exchange)}
-}
-
-// reserve takes a packet identifier for a QoS 1/2 delivery on route r to
-// cl, if the client's Receive Maximum leaves room, and records what its
-// acknowledgement reaches. pk gets the identifier. It reports false when
-// there is no room (the caller waits for an acknowledgement) or no
-// identifier.
-func (d *deliveries) reserve(cl *mqtt.Client, t ackTarget, r route, pk *packets.Packet) bool {
-	if !windowFree(cl) {
-		return false
-	}
-	pid, err := cl.NextPacketID()
-	if err != nil {
-		return false
-	}
-	pk.PacketID = uint16(pid)
-	d.mu.Lock()
-	d.table[pk.PacketID] = exchange{target: t, route: r}
-	d.mu.Unlock()
-	// The substrate's table reserves the identifier: no other delivery to
-	// this client takes it until the acknowledgement frees it.
-	cl.State.Inflight.Set(*pk)
-	return true
-}
-
-// release takes back a reservation whose delivery never reached the wire
-// (or never will): its identifier is free again. Only the target that
-// reserved it releases it; one another delivery holds now is left alone.
-func (d *deliveries) release(cl *mqtt.Client, pid uint16, t ackTarget) {
-	d.mu.Lock()
-	ex, ok := d.table[pid]
-	mine := !ok || ex.target == t
-	if ok && mine {
-		delete(d.table, pid)
-	}
-	d.mu.Unlock()
-	if mine && cl != nil {
-		// Also when a stop already took it out of the table (takeBack):
-		// the substrate's copy would be resent to a resuming connection.
-		cl.State.Inflight.Delete(pid)
-	}
-}
-
-// room reports whether the client's Receive Maximum leaves room for one
-// more QoS 1/2 delivery.
-func (d *deliveries) room(cl *mqtt.Client) bool {
-	return windowFree(cl)
-}
-
-// inFlight is how many QoS 1/2 exchanges with the client are unfinished.
-func (d *deliveries) inFlight(cl *mqtt.Client) int {
-	return cl.State.Inflight.Len()
+	return &deliveries{table: make(map[uint16]*exchange)}
 }
 
 // receiveMaximum is how many QoS 1/2 deliveries the client takes
@@ -153,72 +145,226 @@ func receiveMaximum(cl *mqtt.Client) int {
 	return 65535
 }
 
-// track records a delivery whose identifier was taken elsewhere (a route
-// not yet handed over to reserve).
-func (d *deliveries) track(pid uint16, t ackTarget, r route) {
-	d.mu.Lock()
-	d.table[pid] = exchange{target: t, route: r}
-	d.mu.Unlock()
-}
-
-// forget drops an identifier a route tracked.
-func (d *deliveries) forget(pid uint16) {
-	d.mu.Lock()
-	delete(d.table, pid)
-	d.mu.Unlock()
-}
-
-// take removes the exchange under pid and returns what it acknowledges.
-func (d *deliveries) take(pid uint16) (ackTarget, bool) {
+// room reports whether cl is the connection served and its Receive
+// Maximum leaves room for one more QoS 1/2 delivery: counted against the
+// session's own exchanges, not the client's exchanges with the broker.
+func (d *deliveries) room(cl *mqtt.Client) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ex, ok := d.table[pid]
-	if ok {
+	return d.cl == cl && len(d.table) < receiveMaximum(cl)
+}
+
+// inFlight is how many QoS 1/2 deliveries are unfinished.
+func (d *deliveries) inFlight() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.table)
+}
+
+// reserve takes a packet identifier for a QoS 1/2 delivery on route r to
+// cl and records the exchange: what its acknowledgement reaches and, on a
+// kept route, the packet to send again (pk as it is now, with its
+// identifier; its expiry counted from now). pk gets the identifier. It
+// reports false when cl is not the connection served or its Receive
+// Maximum is full: the caller waits for an acknowledgement (or stops).
+func (d *deliveries) reserve(cl *mqtt.Client, t ackTarget, r route, pk *packets.Packet, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cl != cl || len(d.table) >= receiveMaximum(cl) {
+		return false
+	}
+	// Fewer than 65,535 are taken (the Receive Maximum is at most that), so
+	// a free identifier is found.
+	for {
+		d.next++
+		if d.next == 0 {
+			d.next = 1
+		}
+		if _, taken := d.table[d.next]; !taken {
+			break
+		}
+	}
+	pk.PacketID = d.next
+	d.seq++
+	ex := &exchange{target: t, route: r, qos: pk.FixedHeader.Qos, seq: d.seq}
+	if r.kept() {
+		keep := *pk
+		ex.resend = &keep
+		if e := pk.Properties.MessageExpiryInterval; e > 0 {
+			ex.expires = now.Add(time.Duration(e) * time.Second)
+		}
+	}
+	d.table[pk.PacketID] = ex
+	return true
+}
+
+// restore puts back an exchange a restart found in the session's stored
+// window (bcastlog_restore.go), under its packet identifier: the message
+// to send again, or a PUBREL owed. Called in the order first sent.
+func (d *deliveries) restore(pid uint16, t ackTarget, r route, pk *packets.Packet, pubrel bool, expires time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seq++
+	ex := &exchange{target: t, route: r, qos: 2, seq: d.seq, pubrel: pubrel, expires: expires}
+	if !pubrel {
+		keep := *pk
+		keep.PacketID = pid
+		ex.resend, ex.qos = &keep, pk.FixedHeader.Qos
+	}
+	d.table[pid] = ex
+}
+
+// release takes back a reservation whose delivery never reached the wire
+// (or never will): its identifier is free again. Only the target that
+// reserved it releases it; one another delivery holds now is left alone.
+func (d *deliveries) release(pid uint16, t ackTarget) {
+	d.mu.Lock()
+	if ex, ok := d.table[pid]; ok && ex.target == t {
 		delete(d.table, pid)
 	}
-	return ex.target, ok
+	d.mu.Unlock()
 }
 
-// owns reports whether pid is held by target t.
-func (d *deliveries) owns(pid uint16, t ackTarget) bool {
+// pubrelDue reports whether the exchange under pid, made by t, is waiting
+// for a PUBREL the target undertook to write (pubrecTarget).
+func (d *deliveries) pubrelDue(pid uint16, t ackTarget) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ex, ok := d.table[pid]
-	return ok && ex.target == t
+	return ok && ex.target == t && ex.pubrel
 }
 
 // takeBack is the stop of the session's pumps (a connection gone, taken
-// over, or the session ending): the deliveries of routes that are not kept
-// leave the table, and the channel ones leave cl's in-flight table too, so
-// nothing resends them (invariant 15; a queue's are returned by its engine,
-// removeWorker). Kept ones stay with the session.
-func (d *deliveries) takeBack(cl *mqtt.Client) {
+// over, or the session ending): nothing is written to the connection from
+// here on, and the exchanges of routes that are not kept leave the table —
+// a channel consumer resumes from its position and a queue's engine takes
+// its jobs back (removeWorker), so a late acknowledgement on the old
+// connection reaches none of them (invariant 15). Kept ones stay with the
+// session for the next connection (resume).
+func (d *deliveries) takeBack() {
 	d.mu.Lock()
-	var dropped []uint16
+	defer d.mu.Unlock()
+	d.cl = nil
 	for pid, ex := range d.table {
-		if ex.route.kept() {
-			continue
-		}
-		delete(d.table, pid)
-		if ex.route == routeAppend || ex.route == routeLatest {
-			dropped = append(dropped, pid)
-		}
-	}
-	d.mu.Unlock()
-	if cl != nil {
-		for _, pid := range dropped {
-			cl.State.Inflight.Delete(pid)
+		if !ex.route.kept() {
+			delete(d.table, pid)
 		}
 	}
 }
 
-// write writes bytes already encoded to cl in one write: the connection's
-// writer (clientConn.Write) serialises it with every other write to the
-// socket and bounds it by limits.write_timeout (invariant 16). It does not
-// take the substrate's client lock, which the substrate holds across its
-// own blocking writes.
+// ack applies the client's PUBACK, PUBREC or PUBCOMP (OnPacketRead): each
+// answers an exchange the broker started.
+func (d *deliveries) ack(b *Broker, s *session, cl *mqtt.Client, pk packets.Packet) {
+	pid := pk.PacketID
+	d.mu.Lock()
+	ex, ok := d.table[pid]
+	switch {
+	case !ok:
+		d.mu.Unlock()
+		if pk.FixedHeader.Type == packets.Pubrec {
+			// MQTT 5 §4.3.3: a PUBREC for no exchange of ours is answered
+			// PUBREL 0x92 Packet Identifier not found.
+			_ = d.writeAck(cl, packets.Pubrel, pid, packets.ErrPacketIdentifierNotFound.Code)
+		} else {
+			b.log.Debug("acknowledgement for no delivery ignored", "client", cl.ID, "packet", packetName(pk.FixedHeader.Type), "packet_id", pid)
+		}
+		return
+	case pk.FixedHeader.Type == packets.Pubrec && ex.qos == 2 && pk.ReasonCode < 0x80:
+		// Received: a PUBREL is owed until the PUBCOMP, and the message is
+		// never sent again (MQTT-4.3.3-4, -5).
+		ex.pubrel, ex.resend = true, nil
+		d.mu.Unlock()
+		if pt, ok := ex.target.(pubrecTarget); ok && pt.pubrecd(pid) {
+			return
+		}
+		_ = d.writeAck(cl, packets.Pubrel, pid, 0)
+		return
+	case pk.FixedHeader.Type == packets.Puback && ex.qos != 1,
+		pk.FixedHeader.Type == packets.Pubrec && ex.qos != 2,
+		pk.FixedHeader.Type == packets.Pubcomp && ex.qos != 2:
+		d.mu.Unlock()
+		b.log.Debug("acknowledgement of the wrong kind ignored", "client", cl.ID, "packet", packetName(pk.FixedHeader.Type),
+			"packet_id", pid, "qos", ex.qos)
+		return
+	}
+	// PUBACK, PUBCOMP, or a PUBREC refusing the message (MQTT 5 §4.13.2):
+	// the exchange is over and its identifier free.
+	delete(d.table, pid)
+	d.mu.Unlock()
+	ex.target.acked(pid)
+	s.roomFreed(b)
+}
+
+// resume serves a connection that now owns the session (OnSessionEstablished,
+// after the CONNACK, before any pump starts): what stayed unacknowledged is
+// sent again, in the order first sent, under its packet identifier — a
+// PUBLISH with DUP (MQTT-3.3.1-1), or the PUBREL owed (MQTT-4.4.0-1). A
+// PUBLISH the permission hook now refuses, or that no longer fits the
+// client's Maximum Packet Size, is let go like an acknowledged one.
+func (d *deliveries) resume(b *Broker, cl *mqtt.Client) {
+	d.mu.Lock()
+	d.cl = cl
+	list := make([]uint16, 0, len(d.table))
+	for pid := range d.table {
+		list = append(list, pid)
+	}
+	slices.SortFunc(list, func(a, c uint16) int { return cmpU64(d.table[a].seq, d.table[c].seq) })
+	exs := make([]exchange, len(list))
+	for i, pid := range list {
+		exs[i] = *d.table[pid]
+	}
+	d.mu.Unlock()
+	if len(list) == 0 {
+		return
+	}
+	now := b.clock.Now()
+	v, maxSize := cl.Properties.ProtocolVersion, cl.Properties.Props.MaximumPacketSize
+	var buf bytes.Buffer
+	var gone []int
+	for i, pid := range list {
+		ex := &exs[i]
+		if ex.pubrel {
+			appendAck(&buf, packets.Pubrel, pid, 0, v)
+			continue
+		}
+		if ex.resend == nil || !b.permit(cl, ex.route, ex.resend.TopicName) {
+			gone = append(gone, i)
+			continue
+		}
+		pk := *ex.resend
+		pk.FixedHeader.Dup = true
+		if !ex.expires.IsZero() {
+			// Counted down by the wait; a message already on its way is
+			// completed, so it is sent with at least one second left.
+			left := (ex.expires.Sub(now) + time.Second - 1) / time.Second
+			pk.Properties.MessageExpiryInterval = uint32(max(left, 1))
+		}
+		if err := encodeDelivery(&buf, &pk, v, maxSize); err != nil {
+			b.log.Debug("delivery not sent again", "client", cl.ID, "topic", pk.TopicName, "error", err)
+			gone = append(gone, i)
+		}
+	}
+	for _, i := range gone {
+		d.release(list[i], exs[i].target)
+		exs[i].target.acked(list[i])
+	}
+	if buf.Len() > 0 {
+		if err := d.write(cl, buf.Bytes()); err != nil {
+			b.log.Debug("resending unacknowledged deliveries failed", "client", cl.ID, "error", err)
+		}
+	}
+}
+
+// write writes bytes already encoded to cl in one write, if cl is the
+// connection served: the connection's writer (clientConn.Write) serialises
+// it with every other write to the socket and bounds it by
+// limits.write_timeout (invariant 16). It never takes the substrate's
+// client lock, which the substrate holds across its own blocking writes.
 func (d *deliveries) write(cl *mqtt.Client, p []byte) error {
-	if cl.Closed() || cl.Net.Conn == nil {
+	d.mu.Lock()
+	served := d.cl == cl
+	d.mu.Unlock()
+	if !served || cl.Closed() || cl.Net.Conn == nil {
 		return mqtt.ErrConnectionClosed
 	}
 	_, err := cl.Net.Conn.Write(p)
@@ -234,14 +380,57 @@ func (d *deliveries) writePacket(cl *mqtt.Client, pk packets.Packet) error {
 	return d.write(cl, buf.Bytes())
 }
 
+// writeAck writes one PUBREL (or another acknowledgement) of an exchange of
+// ours.
+func (d *deliveries) writeAck(cl *mqtt.Client, typ byte, pid uint16, code byte) error {
+	var buf bytes.Buffer
+	appendAck(&buf, typ, pid, code, cl.Properties.ProtocolVersion)
+	return d.write(cl, buf.Bytes())
+}
+
+// appendAck encodes an acknowledgement packet: PUBREL carries the flags
+// 0010 (MQTT-3.6.1-1); a reason code only on MQTT 5, where 0x00 with no
+// properties is left out (MQTT 5 §3.6.2.1).
+func appendAck(buf *bytes.Buffer, typ byte, pid uint16, code byte, version byte) {
+	first := typ << 4
+	if typ == packets.Pubrel {
+		first |= 0x02
+	}
+	if version == 5 && code != 0 {
+		buf.Write([]byte{first, 3, byte(pid >> 8), byte(pid), code})
+		return
+	}
+	buf.Write([]byte{first, 2, byte(pid >> 8), byte(pid)})
+}
+
 // permit is the one permission function every delivery passes, on every
 // route, before anything is reserved for it (invariant 16: per delivery,
 // not only at SUBSCRIBE). It asks the acl hook, which allows everything in
-// this build; a test may stand in for it (SetDeliveryPermit).
+// this build; a test may stand in for it (SetDeliveryPermit). It may be
+// called with a consumer's or a queue's lock held, so it takes no lock but
+// its own.
 func (b *Broker) permit(cl *mqtt.Client, r route, topic string) bool {
 	if f := b.permitTest.Load(); f != nil {
 		return (*f)(cl.ID, r.String(), topic)
 	}
 	h := hook{b: b}
 	return h.OnACLCheck(cl, topic, false)
+}
+
+// permissionsChanged wakes every delivery a refusal may have stalled — the
+// consumers, the queues and the broadcast senders — so a grant that comes
+// back is what resumes them, not the next publish (invariant 16).
+func (b *Broker) permissionsChanged() {
+	b.mu.Lock()
+	sessions := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	b.mu.Unlock()
+	for _, s := range sessions {
+		s.roomFreed(b)
+	}
+	for _, q := range b.engines {
+		q.poke()
+	}
 }

@@ -29,17 +29,16 @@ const (
 	fanoutWriteBytes = 64 << 10
 )
 
-// fanoutReconcileEvery is how often a sender short of room checks its
-// on-the-wire deliveries against the connection's in-flight table: an
-// exchange the substrate ended without a PUBACK or PUBCOMP routed to us (a
-// PUBREC with an error code, MQTT 5 §4.13.2) would otherwise hold its charge
-// and its window slot for good.
-const fanoutReconcileEvery = time.Second
+// fanoutRetryEvery is how often a sender short of room looks again though
+// nothing woke it: room another route gave back without an acknowledgement
+// (a delivery released unsent) pokes nobody.
+const fanoutRetryEvery = time.Second
 
 // start runs the sender for connection cl, which now owns the session. It
-// runs after the CONNACK and after the substrate resent what the session had
-// in flight, so nothing reaches a connection before its CONNACK and a
-// resumed session's unacknowledged messages go first.
+// runs after the CONNACK and after the session's deliveries sent again what
+// was unacknowledged (deliveries.resume), so nothing reaches a connection
+// before its CONNACK and a resumed session's unacknowledged messages go
+// first.
 func (o *outbox) start(b *Broker, cl *mqtt.Client) {
 	o.stopSender()
 	o.mu.Lock()
@@ -82,8 +81,9 @@ func (o *outbox) ensureSender() {
 
 // stop ends the sender and waits for it: the connection is gone, taken
 // over, or the session is ending. What is on the wire stays with the
-// session (the substrate carries those packets to a resuming connection and
-// resends them); QoS 0 still waiting is not owed to a session away, and goes.
+// session (its deliveries send those packets, or the PUBRELs owed, again to
+// a resuming connection); QoS 0 still waiting is not owed to a session
+// away, and goes.
 func (o *outbox) stop() {
 	// Not live first, so no offer starts a sender for the connection
 	// being let go while the running one stops.
@@ -103,6 +103,14 @@ func (o *outbox) stop() {
 	}
 	clear(o.q[len(kept):])
 	o.q, o.head = kept, 0
+	// A resume sends every PUBREL owed again.
+	for _, pid := range o.pubrels {
+		if w, ok := o.onWire[pid]; ok {
+			w.relQueued = false
+			o.onWire[pid] = w
+		}
+	}
+	o.pubrels = o.pubrels[:0]
 	o.mu.Unlock()
 }
 
@@ -121,22 +129,23 @@ func (o *outbox) stopSender() {
 // run is the sender's loop: write what is waiting, as the client's window
 // and the bound allow; wait for a publish or an acknowledgement.
 func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
-	o.reconcile(cl)
-	lastReconcile := time.Now()
 	var buf bytes.Buffer
 	for ctx.Err() == nil {
 		// The first member back is served its groups' backlogs.
 		b.pullShares(o, cl)
+		o.appendPubrels(cl, &buf)
 		qos0, stalled := o.fill(b, cl, &buf)
 		if buf.Len() > 0 && o.s.isDurable() {
 			// The window is stored before what joins it is written
 			// (delivery-front §6: "Drain sends nothing past window until
 			// acks written"), so a restart resends under the same packet
-			// ids. A store that fails ends the connection; one that is
-			// full (and the broadcast log could give up nothing more)
-			// does not hold the subscriber back: what it is written then
-			// would be resent under new ids after a crash (at-least-once).
-			if err := b.storeWindow(o, cl, false); err != nil && errors.Is(err, storage.ErrFull) {
+			// ids, and a PUBREL is written only once the window says one
+			// is owed: a crash then resends the PUBREL, never the message.
+			// A store that fails ends the connection; one that is full
+			// (and the broadcast log could give up nothing more) does not
+			// hold the subscriber back: what it is written then would be
+			// resent under new ids after a crash (at-least-once).
+			if err := b.storeWindow(o, false); err != nil && errors.Is(err, storage.ErrFull) {
 				b.log.Debug("broadcast window not stored: provider full", "client", cl.ID)
 			} else if err != nil {
 				b.log.Warn("storing a broadcast window failed: disconnecting the subscriber", "client", cl.ID, "error", err)
@@ -153,13 +162,8 @@ func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
 			continue
 		}
 		if buf.Len() == 0 {
-			// Short of room: an acknowledgement wakes the sender; the timer
-			// retries packet identifiers and reconciles.
-			if time.Since(lastReconcile) >= fanoutReconcileEvery {
-				o.reconcile(cl)
-				lastReconcile = time.Now()
-			}
-			wait := time.NewTimer(fanoutReconcileEvery)
+			// Short of room: an acknowledgement wakes the sender.
+			wait := time.NewTimer(fanoutRetryEvery)
 			select {
 			case <-ctx.Done():
 			case <-o.wake:
@@ -216,7 +220,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			subs = cl.State.Subscriptions.GetAll()
 			declared = b.declaredOf(cl.ID)
 		}
-		pk, left, outcome := shapeBroadcast(e, subs, declared, cl.ID, v, now)
+		pk, _, outcome := shapeBroadcast(e, subs, declared, cl.ID, v, now)
 		if outcome == shapeDeliver && !b.permit(cl, routeOf(e), e.m.topic) {
 			// invariant 16: asked per delivery, not only at SUBSCRIBE. Not
 			// sent where the grant is refused now; let go like an
@@ -234,27 +238,17 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			if !o.wireRoom(b, e.charge) {
 				return qos0, true
 			}
-			if left > 0 {
-				// The substrate counts a resend's expiry down on its own clock.
-				pk.Expiry = time.Now().Unix() + int64(left)
-			}
-			// The substrate resends its in-flight table to a resuming
-			// connection ordered by the low 16 bits of Created: the outbox's
-			// sequence there keeps them in the order first sent
-			// (MQTT-4.6.0-1), where seconds would tie. Created serves
-			// nothing else (no maximum message expiry is set on the
-			// substrate).
-			pk.Created = now.Unix()&^0xFFFF | int64(uint16(e.seq))
-			// The PUBACK routes back through the session's deliveries
-			// (OnPacketRead); the delivery is carried to a resuming
-			// connection and resent (MQTT-4.4.0-1).
-			if !o.s.deliv.reserve(cl, o, r, &pk) {
+			// The acknowledgement routes back through the session's
+			// deliveries (OnPacketRead), which keep the packet for a
+			// resuming connection, sent again in the order first sent
+			// (MQTT-4.4.0-1, -4.6.0-1).
+			if !o.s.deliv.reserve(cl, o, r, &pk, now) {
 				return qos0, true // the client's Receive Maximum is full
 			}
 		}
 		start := buf.Len()
 		if err := encodeDelivery(buf, &pk, v, maxSize); err != nil {
-			o.s.deliv.release(cl, pk.PacketID, o)
+			o.s.deliv.release(pk.PacketID, o)
 			if o.take(e.seq, 0, true) {
 				// RFC 0003 §5: a broadcast message too large for the
 				// subscriber is dropped for it; it stays connected.
@@ -265,7 +259,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 		}
 		if !o.take(e.seq, pk.PacketID, false) {
 			buf.Truncate(start) // given up by a publisher meanwhile
-			o.s.deliv.release(cl, pk.PacketID, o)
+			o.s.deliv.release(pk.PacketID, o)
 			continue
 		}
 		n++
@@ -276,26 +270,24 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 	return qos0, false
 }
 
-// reconcile releases on-the-wire deliveries the connection no longer holds:
-// ones the substrate ended without an acknowledgement routed here, or ones
-// a connection that did not inherit them (a restart, a lost takeover) can
-// never acknowledge.
-func (o *outbox) reconcile(cl *mqtt.Client) {
+// appendPubrels encodes the PUBRELs owed for QoS 2 deliveries the client
+// PUBREC'd (outbox.pubrecd), in the order the PUBRECs came (MQTT-4.6.0-3),
+// to be written after the window that records them is stored.
+func (o *outbox) appendPubrels(cl *mqtt.Client, buf *bytes.Buffer) {
 	o.mu.Lock()
-	pids := make([]uint16, 0, len(o.onWire))
-	for pid := range o.onWire {
-		pids = append(pids, pid)
+	due := slices.Clone(o.pubrels)
+	o.pubrels = o.pubrels[:0]
+	for _, pid := range due {
+		if w, ok := o.onWire[pid]; ok {
+			w.relQueued = false
+			o.onWire[pid] = w
+		}
 	}
 	o.mu.Unlock()
-	for _, pid := range pids {
-		ours := o.s.deliv.owns(pid, o)
-		if _, held := cl.State.Inflight.Get(pid); ours && held {
-			continue
+	for _, pid := range due {
+		if o.s.deliv.pubrelDue(pid, o) {
+			appendAck(buf, packets.Pubrel, pid, 0, cl.Properties.ProtocolVersion)
 		}
-		if ours {
-			o.s.deliv.forget(pid)
-		}
-		o.acked(pid)
 	}
 }
 

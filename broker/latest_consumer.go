@@ -592,7 +592,7 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	d := latestDelivery{offset: rec.Offset, topic: rec.Topic, state: state}
 	if m.qos > 0 {
 		// Out of room in the client's window: wait for an acknowledgement.
-		if !c.sess.deliv.reserve(cl, c, routeLatest, &pk) {
+		if !c.sess.deliv.reserve(cl, c, routeLatest, &pk, now) {
 			return wait()
 		}
 		c.inflight[pk.PacketID] = d
@@ -675,6 +675,6 @@ func (c *latestConsumer) unsend(cl *mqtt.Client, items []latestPrepared) {
 	}
 	c.mu.Unlock()
 	for _, pid := range pids {
-		c.sess.deliv.release(cl, pid, c)
+		c.sess.deliv.release(pid, c)
 	}
 }

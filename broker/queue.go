@@ -173,7 +173,7 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 		// queue has just taken back and may offer to another worker. It
 		// leaves the table with the lease. (One PUBACKed already freed its
 		// packet id, which another delivery may hold by now.)
-		s.deliv.release(heldOn, held.pid, queueAck{q: q, d: held})
+		s.deliv.release(held.pid, queueAck{q: q, d: held})
 	}
 	if held != nil {
 		q.endLease(held, "session ended", held.received)
@@ -191,7 +191,7 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 		q.mu.Unlock()
 		return
 	}
-	d.worker.sess.deliv.release(cl, d.pid, queueAck{q: q, d: d})
+	d.worker.sess.deliv.release(d.pid, queueAck{q: q, d: d})
 	q.mu.Lock()
 	// A lease being ended decides the job itself.
 	current := q.out[d.offset] == d && !d.ending

@@ -212,7 +212,7 @@ func (q *queueEngine) claimLocked(item storage.QueueItem, now time.Time) (*deliv
 	// The packet identifier is the worker's session's (deliveries.go); the
 	// packet itself is built once the claim decides the job goes out.
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}}
-	if !w.sess.deliv.reserve(w.cl, queueAck{q: q, d: d}, routeQueue, &pk) {
+	if !w.sess.deliv.reserve(w.cl, queueAck{q: q, d: d}, routeQueue, &pk, now) {
 		return nil, claimStop
 	}
 	d.pid = pk.PacketID
@@ -289,7 +289,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 		// (invariants 4, 5: a job never goes out after it left the queue).
 		fresh, err := q.ch.queue.Get(item.Offset)
 		if err != nil {
-			d.worker.sess.deliv.release(d.conn, d.pid, queueAck{q: q, d: d})
+			d.worker.sess.deliv.release(d.pid, queueAck{q: q, d: d})
 			q.mu.Lock()
 			q.releaseLocked(d, errors.Is(err, storage.ErrNotFound))
 			q.mu.Unlock()
@@ -305,7 +305,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	if max := q.ch.cfg.MaxAttempts; max > 0 && int(item.Attempts) >= max {
 		// invariant 15: attempt counts survive a restart, so a job whose
 		// attempts are spent is dead-lettered, never offered once more.
-		w.sess.deliv.release(d.conn, d.pid, queueAck{q: q, d: d})
+		w.sess.deliv.release(d.pid, queueAck{q: q, d: d})
 		q.mu.Lock()
 		delete(q.byID, d.id)
 		if w.holding == d {

@@ -138,11 +138,11 @@ func (b *Broker) sendRetained(s *session, cl *mqtt.Client, sub packets.Subscript
 			left := rec.Timestamp.Add(time.Duration(*rec.MessageExpiry) * time.Second).Sub(now)
 			pk.Properties.MessageExpiryInterval = uint32((left + time.Second - 1) / time.Second)
 		}
-		if pk.FixedHeader.Qos > 0 && !d.reserve(cl, retainedAck{}, routeRetained, &pk) {
+		if pk.FixedHeader.Qos > 0 && !d.reserve(cl, retainedAck{}, routeRetained, &pk, now) {
 			continue
 		}
 		if err := encodeDelivery(&buf, &pk, v, maxSize); err != nil {
-			d.release(cl, pk.PacketID, retainedAck{})
+			d.release(pk.PacketID, retainedAck{})
 			b.log.Debug("retained value not written", "client", cl.ID, "topic", rec.Topic, "error", err)
 			continue
 		}

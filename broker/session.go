@@ -7,7 +7,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // session is Sagüin's part of a client id's session: the channel consumers it
@@ -92,13 +91,6 @@ func newSession(id string) *session {
 // reader is the name positions are stored under (RFC 0004 §3).
 func (s *session) reader() string { return "mqtt:" + s.id }
 
-// windowFree reports whether the client's Receive Maximum leaves room for
-// one more QoS>0 delivery. The substrate's in-flight table counts every
-// outstanding exchange with this client, ours and its own.
-func windowFree(cl *mqtt.Client) bool {
-	return cl.State.Inflight.Len() < receiveMaximum(cl)
-}
-
 // owner returns the connection that owns the session, or nil.
 func (s *session) owner() *mqtt.Client {
 	s.mu.Lock()
@@ -106,12 +98,12 @@ func (s *session) owner() *mqtt.Client {
 	return s.cl
 }
 
-// stopPumps stops every consumer's pump and takes their deliveries out of
-// the connection's in-flight table, so the substrate neither resends them nor
-// copies them into a taking-over connection: a channel consumer resumes from
-// its position, never from a delivery that belonged to a connection that is
+// stopPumps stops every consumer's pump and the broadcast sender, and takes
+// back their unacknowledged deliveries (deliveries.takeBack): nothing more
+// is written to the connection, and a channel consumer resumes from its
+// position, never from a delivery that belonged to a connection that is
 // gone (invariant 15's rule for channels, RFC 0003 §8).
-func (s *session) stopPumps(cl *mqtt.Client) {
+func (s *session) stopPumps() {
 	s.mu.Lock()
 	cons := make([]*consumer, 0, len(s.consumers))
 	for _, c := range s.consumers {
@@ -120,9 +112,9 @@ func (s *session) stopPumps(cl *mqtt.Client) {
 	latest := s.latestConsumers()
 	s.mu.Unlock()
 	// The pumps stop first: one still running could take a packet id after
-	// the table below was taken, and its delivery would stay in the
-	// connection's in-flight table — resent (DUP) by the substrate to a
-	// resuming connection next to the pump's own copy from the position.
+	// the table was taken back, and its delivery would stay in the table —
+	// sent again (DUP) to a resuming connection next to the pump's own copy
+	// from the position.
 	for _, c := range cons {
 		c.stop()
 	}
@@ -132,18 +124,7 @@ func (s *session) stopPumps(cl *mqtt.Client) {
 	if o := s.bcast.Load(); o != nil {
 		o.stop()
 	}
-	s.deliv.takeBack(cl)
-}
-
-// puback routes a PUBACK to the consumer whose delivery it acknowledges.
-// Reports whether it was one of ours.
-func (s *session) puback(cl *mqtt.Client, pk packets.Packet) bool {
-	c, ok := s.deliv.take(pk.PacketID)
-	if !ok {
-		return false
-	}
-	c.acked(pk.PacketID)
-	return true
+	s.deliv.takeBack()
 }
 
 // roomFreed wakes everything that may be waiting for room in the client's

@@ -310,7 +310,7 @@ func (o *outbox) eligible(b *Broker, m *broadcastMsg, qos byte) bool {
 	if !b.permit(cl, routeShared, m.topic) {
 		return false
 	}
-	return qos == 0 || o.s.deliv.inFlight(cl)+waiting < receiveMaximum(cl)
+	return qos == 0 || o.s.deliv.inFlight()+waiting < receiveMaximum(cl)
 }
 
 // packetSizeBound is at least the size of m's PUBLISH to any subscriber:
