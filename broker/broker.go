@@ -82,6 +82,9 @@ type Broker struct {
 	closing   atomic.Bool
 	ids       msgid.Generator
 	listeners []net.Listener
+	// doors are the MQTT doors being served: Close waits for their
+	// goroutines (listener.go).
+	doors []*door
 	// pidFile is the pid file this broker wrote ("" = none yet).
 	pidFile string
 
@@ -322,6 +325,7 @@ func (b *Broker) Start() error {
 		return err
 	}
 	b.startQoS2() // holds of sessions that came back; the rest dropped (qos2.go)
+	var doors []*door
 	for _, l := range b.cfg.Broker.Listeners {
 		ln, err := openListener(l) // listen.go
 		if err != nil {
@@ -332,10 +336,12 @@ func (b *Broker) Start() error {
 		wrapped := b.admitListener(ln) // broker.limits at the door (admission.go)
 		// Our door, not the substrate's listener: a panic handling one
 		// connection ends that connection only (listener.go).
-		if err := b.mqtt.AddListener(b.newDoor(l.Name, wrapped)); err != nil {
+		d := b.newDoor(l.Name, wrapped)
+		if err := b.mqtt.AddListener(d); err != nil {
 			b.closeListeners()
 			return fmt.Errorf("listener %s: %w", l.Name, err)
 		}
+		doors = append(doors, d)
 		b.log.Info("listening", "listener", l.Name, "address", ln.Addr().String())
 	}
 	// operations.md §3.3: the pid file says the broker can be reached, so
@@ -345,9 +351,18 @@ func (b *Broker) Start() error {
 		b.closeListeners()
 		return err
 	}
+	// The substrate starts each door's accept loop: counted before, so
+	// Close never waits for one that was never started.
+	for _, d := range doors {
+		d.serving.Add(1)
+	}
 	if err := b.mqtt.Serve(); err != nil {
+		for _, d := range doors {
+			d.serving.Done()
+		}
 		return err
 	}
+	b.doors = doors
 	b.background(b.flushLoop)
 	b.background(b.sweepLoop)
 	b.background(b.willLoop)
@@ -404,7 +419,14 @@ func (b *Broker) Close() error {
 			}
 			b.stopListenerClients("")
 			_ = b.mqtt.Close()
+			// Every connection's goroutine and every accept loop has
+			// returned (the substrate's Close waited for the connections'
+			// handling, not for what follows it).
+			for _, d := range b.doors {
+				d.serving.Wait()
+			}
 		}
+		b.claims.stopTimeouts()
 		b.cancel()
 		b.mu.Lock()
 		sessions := make([]*session, 0, len(b.sessions))
@@ -427,16 +449,55 @@ func (b *Broker) Close() error {
 	return err
 }
 
+// shutdownDisconnectGrace bounds how long the broker's stop waits for the
+// DISCONNECT 0x8B it writes each client before closing every connection.
+// A healthy client takes it at once; one whose socket is full (a deaf
+// subscriber, its sender blocked in a write for up to write_timeout) holds
+// its connection's writer, and the DISCONNECT would wait behind it.
+const shutdownDisconnectGrace = time.Second
+
 // stopListenerClients disconnects and stops every client (of every
-// listener: the name is ignored), taking the substrate's client-map lock once.
+// listener: the name is ignored), taking the substrate's client-map lock
+// once. The DISCONNECTs are written side by side, and once they are written
+// or the grace has passed every connection is closed: a write blocked on a
+// client that stopped reading is cut by the close rather than holding the
+// stop for its write_timeout — or for good with write_timeout none and no
+// keep-alive (invariant 16) — one such client after another.
 func (b *Broker) stopListenerClients(string) {
+	var clients []*mqtt.Client
 	for _, cl := range b.mqtt.Clients.GetAll() {
-		if cl.Closed() {
-			continue
+		if !cl.Closed() {
+			clients = append(clients, cl)
 		}
-		_ = b.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
+	}
+	if len(clients) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = b.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			cl.Stop(packets.ErrServerShuttingDown)
+		}()
+	}
+	written := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(written)
+	}()
+	grace := time.NewTimer(shutdownDisconnectGrace)
+	defer grace.Stop()
+	select {
+	case <-written:
+		return
+	case <-grace.C:
+	}
+	for _, cl := range clients {
 		cl.Stop(packets.ErrServerShuttingDown)
 	}
+	<-written
 }
 
 func (b *Broker) closeProviders() error {

@@ -86,7 +86,9 @@ func (c *consumer) poke() {
 // earlier pump first (stop), so two pumps never write one consumer's records
 // out of order.
 func (c *consumer) start(cl *mqtt.Client) {
-	ctx, cancel := context.WithCancel(context.Background())
+	// Owned by the session (stop) and, under it, by the broker: Close's
+	// cancel ends it too.
+	ctx, cancel := context.WithCancel(c.b.ctx)
 	c.mu.Lock()
 	// A new connection resumes from the lowest unacknowledged offset: the
 	// deliveries of the old one are gone with it.

@@ -66,7 +66,9 @@ func (o *outbox) ensureSender() {
 		return
 	}
 	b, cl := o.b, o.cl
-	ctx, cancel := context.WithCancel(context.Background())
+	// Owned by the session (stopSender) and, under it, by the broker:
+	// Close's cancel ends it too.
+	ctx, cancel := context.WithCancel(b.ctx)
 	o.cancel = cancel
 	o.done = make(chan struct{})
 	done := o.done

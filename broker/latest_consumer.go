@@ -205,7 +205,9 @@ func (c *latestConsumer) restoreFilter(sub subscription) {
 // mark and gets the full state.
 func (c *latestConsumer) start(cl *mqtt.Client) {
 	head := c.ch.values.Next()
-	ctx, cancel := context.WithCancel(context.Background())
+	// Owned by the session (stop) and, under it, by the broker: Close's
+	// cancel ends it too.
+	ctx, cancel := context.WithCancel(c.b.ctx)
 	c.mu.Lock()
 	c.hold = 0
 	switch {
