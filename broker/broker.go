@@ -449,20 +449,14 @@ func (b *Broker) Close() error {
 	return err
 }
 
-// shutdownDisconnectGrace bounds how long the broker's stop waits for the
-// DISCONNECT 0x8B it writes each client before closing every connection.
-// A healthy client takes it at once; one whose socket is full (a deaf
-// subscriber, its sender blocked in a write for up to write_timeout) holds
-// its connection's writer, and the DISCONNECT would wait behind it.
-const shutdownDisconnectGrace = time.Second
-
 // stopListenerClients disconnects and stops every client (of every
 // listener: the name is ignored), taking the substrate's client-map lock
 // once. The DISCONNECTs are written side by side, and once they are written
-// or the grace has passed every connection is closed: a write blocked on a
-// client that stopped reading is cut by the close rather than holding the
-// stop for its write_timeout — or for good with write_timeout none and no
-// keep-alive (invariant 16) — one such client after another.
+// or cutGrace has passed every connection is closed: a DISCONNECT waiting
+// behind a write blocked on a client that stopped reading (a deaf
+// subscriber's sender) is cut by the close rather than holding the stop for
+// its write_timeout — or for good with write_timeout none and no keep-alive
+// (invariant 16) — one such client after another.
 func (b *Broker) stopListenerClients(string) {
 	var clients []*mqtt.Client
 	for _, cl := range b.mqtt.Clients.GetAll() {
@@ -487,7 +481,7 @@ func (b *Broker) stopListenerClients(string) {
 		wg.Wait()
 		close(written)
 	}()
-	grace := time.NewTimer(shutdownDisconnectGrace)
+	grace := time.NewTimer(cutGrace)
 	defer grace.Stop()
 	select {
 	case <-written:

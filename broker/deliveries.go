@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -130,7 +131,25 @@ type deliveries struct {
 	table map[uint16]*exchange
 	next  uint16 // the identifier last given: the next search starts after it
 	seq   uint64
+	// writing counts the writes in progress to cl; idle is closed when the
+	// count falls back to zero (stopWriting waits on it).
+	writing int
+	idle    chan struct{}
 }
+
+// cutGrace is how long a stop waits for a write in progress to the
+// connection it stops serving before closing that connection. A client
+// that keeps reading takes a write at once; one that stopped holds it for
+// write_timeout — with write_timeout none and no keep-alive, for good —
+// and the stop (a takeover, on the new connection's own goroutine; the
+// broker's Close) would wait as long (invariant 16).
+const cutGrace = time.Second
+
+// errStopCut is the end of a connection whose write a stop cut.
+var errStopCut = errors.New("a write to this connection was cut: its session's deliveries were stopped while the client was not reading")
+
+// closedChan is an idle that is already over.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func newDeliveries() *deliveries {
 	return &deliveries{table: make(map[uint16]*exchange)}
@@ -362,13 +381,57 @@ func (d *deliveries) resume(b *Broker, cl *mqtt.Client) {
 // client lock, which the substrate holds across its own blocking writes.
 func (d *deliveries) write(cl *mqtt.Client, p []byte) error {
 	d.mu.Lock()
-	served := d.cl == cl
-	d.mu.Unlock()
-	if !served || cl.Closed() || cl.Net.Conn == nil {
+	if d.cl != cl || cl.Closed() || cl.Net.Conn == nil {
+		d.mu.Unlock()
 		return mqtt.ErrConnectionClosed
 	}
+	if d.writing++; d.writing == 1 {
+		d.idle = make(chan struct{})
+	}
+	d.mu.Unlock()
 	_, err := cl.Net.Conn.Write(p)
+	d.mu.Lock()
+	if d.writing--; d.writing == 0 {
+		close(d.idle)
+	}
+	d.mu.Unlock()
 	return err
+}
+
+// stopWriting waits for stopped (the pumps' stop) and then for every write
+// in progress, and leaves no connection served. Past cutGrace it closes the
+// connection that was served: whatever it was writing is cut, and the
+// stop goes on (invariant 16). Nothing written to that connection now is
+// owed to it — it is ending or being taken over — and what it held of the
+// session's own messages goes to the next connection (resume).
+func (d *deliveries) stopWriting(stopped <-chan struct{}) {
+	d.mu.Lock()
+	cl := d.cl
+	d.mu.Unlock()
+	grace := time.NewTimer(cutGrace)
+	defer grace.Stop()
+	cut := false
+	wait := func(done <-chan struct{}) {
+		select {
+		case <-done:
+			return
+		case <-grace.C:
+		}
+		if !cut && cl != nil {
+			cut = true
+			cl.Stop(errStopCut)
+		}
+		<-done
+	}
+	wait(stopped)
+	d.mu.Lock()
+	d.cl = nil // from here no write starts
+	idle := closedChan
+	if d.writing > 0 {
+		idle = d.idle
+	}
+	d.mu.Unlock()
+	wait(idle)
 }
 
 // writePacket encodes one PUBLISH for cl (encodeDelivery) and writes it.

@@ -185,3 +185,32 @@ func ownStacks(all string) string {
 	}
 	return strings.Join(out, "\n\n")
 }
+
+// Invariant 16: a takeover waiting on a write to the connection it replaces
+// cuts that write, so it never waits for good. With write_timeout none and
+// a client whose keep-alive bounds its writes only after 15 minutes, a
+// sender blocked on the old connection of a deaf client held the CONNECT
+// taking its session over — on the new connection's own goroutine — until
+// the write ended.
+func TestInvariant16_TakeoverCutsAWriteBlockedOnTheOldConnection(t *testing.T) {
+	cfg := strings.Replace(goroutinesConfig, "write_timeout: 5m", "write_timeout: none", 1)
+	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), cfg))
+	deaf := dialDeaf(t, b.Address(), "tk-deaf", 0)
+	defer deaf.Close()
+	pub, _ := dialMx(t, b.Address(), "tk-pub", mxConnect{clean: true})
+	payload := bytes.Repeat([]byte("x"), 4096)
+	// Until the deaf client's sender is blocked in a write: its outbox then
+	// fills, and QoS 0 past it is dropped and counted.
+	deadline := time.Now().Add(mxWait)
+	for b.BroadcastStats().DroppedQoS0 == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deaf client's sender never stopped draining its outbox")
+		}
+		pub.publish(0, 0, "status/x", payload, packets.Properties{})
+	}
+	again, ack := dialMx(t, b.Address(), "tk-deaf", mxConnect{clean: true})
+	if ack.ReasonCode != 0 {
+		t.Fatalf("the takeover's CONNACK refused 0x%02x", ack.ReasonCode)
+	}
+	again.subscribe(1, "status/#", 0)
+}

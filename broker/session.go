@@ -114,16 +114,22 @@ func (s *session) stopPumps() {
 	// The pumps stop first: one still running could take a packet id after
 	// the table was taken back, and its delivery would stay in the table —
 	// sent again (DUP) to a resuming connection next to the pump's own copy
-	// from the position.
-	for _, c := range cons {
-		c.stop()
-	}
-	for _, c := range latest {
-		c.stop() // its unacknowledged values are its own to resend (latest_consumer.go)
-	}
-	if o := s.bcast.Load(); o != nil {
-		o.stop()
-	}
+	// from the position. A pump blocked in a write to a client that stopped
+	// reading is cut (stopWriting), as is a queue job's write in progress.
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for _, c := range cons {
+			c.stop()
+		}
+		for _, c := range latest {
+			c.stop() // its unacknowledged values are its own to resend (latest_consumer.go)
+		}
+		if o := s.bcast.Load(); o != nil {
+			o.stop()
+		}
+	}()
+	s.deliv.stopWriting(stopped)
 	s.deliv.takeBack()
 }
 
