@@ -167,12 +167,12 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 	}
 	q.mu.Unlock()
 	if unacked && heldOn != nil {
-		// invariants 4, 15: a delivery not yet PUBACKed is still in the
-		// connection's in-flight table, and the substrate would resend it
-		// (DUP) to a resuming connection — a second live copy of a job the
-		// queue has just taken back and may offer to another worker. It
-		// leaves the table with the lease. (One PUBACKed already freed its
-		// packet id, which another delivery may hold by now.)
+		// invariants 4, 15: a delivery not yet PUBACKed leaves the
+		// session's ack table with the lease (a stop has taken it out
+		// already; an UNSUBSCRIBE has not), so no late PUBACK starts a lease
+		// on a job the queue has just taken back and may offer to another
+		// worker. (One PUBACKed already freed its packet id, which another
+		// delivery may hold by now: release leaves that one alone.)
 		s.deliv.release(held.pid, queueAck{q: q, d: held})
 	}
 	if held != nil {
