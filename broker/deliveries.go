@@ -189,6 +189,9 @@ func (d *deliveries) inFlight() int {
 func (d *deliveries) reserve(cl *mqtt.Client, t ackTarget, r route, pk *packets.Packet, now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// invariant 13: the table is bounded before anything is added to it,
+	// by the client's Receive Maximum (at most 65,535); invariant 17:
+	// only the connection that owns the session is served.
 	if d.cl != cl || len(d.table) >= receiveMaximum(cl) {
 		return false
 	}
@@ -265,6 +268,8 @@ func (d *deliveries) takeBack() {
 	defer d.mu.Unlock()
 	d.cl = nil
 	for pid, ex := range d.table {
+		// invariant 15: no channel record or queue job stays in flight
+		// past its connection; the session's own messages do.
 		if !ex.route.kept() {
 			delete(d.table, pid)
 		}
@@ -307,7 +312,9 @@ func (d *deliveries) ack(b *Broker, s *session, cl *mqtt.Client, pk packets.Pack
 		return
 	}
 	// PUBACK, PUBCOMP, or a PUBREC refusing the message (MQTT 5 §4.13.2):
-	// the exchange is over and its identifier free.
+	// the exchange is over and its identifier free. invariant 7: a queue
+	// job's lease starts here, at its PUBACK (queueAck.acked), never at the
+	// send.
 	delete(d.table, pid)
 	d.mu.Unlock()
 	ex.target.acked(pid)
@@ -322,6 +329,8 @@ func (d *deliveries) ack(b *Broker, s *session, cl *mqtt.Client, pk packets.Pack
 // client's Maximum Packet Size, is let go like an acknowledged one.
 func (d *deliveries) resume(b *Broker, cl *mqtt.Client) {
 	d.mu.Lock()
+	// invariant 15: what is sent again is the session's own messages only
+	// (takeBack dropped the rest), under the identifiers first sent.
 	d.cl = cl
 	list := make([]uint16, 0, len(d.table))
 	for pid := range d.table {
@@ -389,6 +398,8 @@ func (d *deliveries) write(cl *mqtt.Client, p []byte) error {
 		d.idle = make(chan struct{})
 	}
 	d.mu.Unlock()
+	// invariant 16: bounded by write_timeout in clientConn.Write, on the
+	// delivering route's own goroutine, with no lock of ours held.
 	_, err := cl.Net.Conn.Write(p)
 	d.mu.Lock()
 	if d.writing--; d.writing == 0 {
@@ -418,6 +429,8 @@ func (d *deliveries) stopWriting(stopped <-chan struct{}) {
 		case <-grace.C:
 		}
 		if !cut && cl != nil {
+			// invariant 16: a stop waiting on a write a client is holding
+			// cuts it, so neither a takeover nor a shutdown waits for good.
 			cut = true
 			cl.Stop(errStopCut)
 		}

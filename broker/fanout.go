@@ -583,6 +583,8 @@ func (o *outbox) pubrecd(pid uint16) bool {
 		return false
 	}
 	w.pubrel = true
+	// invariant 18: the PUBREL tells the client its copy is the one; the
+	// window that says a PUBREL is owed is stored before it is written.
 	deferred := durable && w.m.off != 0
 	if deferred {
 		o.windowDirty = true
