@@ -507,13 +507,7 @@ func (b *Broker) bcastLoop(ctx context.Context) {
 func (b *Broker) lowWater() uint64 {
 	l := b.fan.log
 	low := l.watermark()
-	b.mu.Lock()
-	sessions := make([]*session, 0, len(b.sessions))
-	for _, s := range b.sessions {
-		sessions = append(sessions, s)
-	}
-	b.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range b.heldSessions() {
 		o := s.bcast.Load()
 		if o == nil || !s.isDurable() {
 			continue

@@ -428,13 +428,7 @@ func (b *Broker) Close() error {
 		}
 		b.claims.stopTimeouts()
 		b.cancel()
-		b.mu.Lock()
-		sessions := make([]*session, 0, len(b.sessions))
-		for _, s := range b.sessions {
-			sessions = append(sessions, s)
-		}
-		b.mu.Unlock()
-		for _, s := range sessions {
+		for _, s := range b.heldSessions() {
 			s.stopPumps()
 		}
 		b.wg.Wait()

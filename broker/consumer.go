@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -48,9 +47,8 @@ type consumer struct {
 	stored uint64
 	dirty  bool
 
-	wake   chan struct{} // an ack, a seek or a subscription change
-	cancel context.CancelFunc
-	done   chan struct{}
+	wake chan struct{} // an ack, a seek or a subscription change
+	pump pumpRun
 }
 
 func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
@@ -75,51 +73,26 @@ func (c *consumer) positionLocked() uint64 {
 	return pos
 }
 
-func (c *consumer) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *consumer) poke() { signal(c.wake) }
 
 // start runs the pump for the connection cl. The caller has stopped any
 // earlier pump first (stop), so two pumps never write one consumer's records
 // out of order.
 func (c *consumer) start(cl *mqtt.Client) {
-	// Owned by the session (stop) and, under it, by the broker: Close's
-	// cancel ends it too.
-	ctx, cancel := context.WithCancel(c.b.ctx)
 	c.mu.Lock()
 	// A new connection resumes from the lowest unacknowledged offset: the
 	// deliveries of the old one are gone with it.
 	c.next = c.positionLocked()
 	c.inflight = make(map[uint16]uint64)
 	c.era++
-	c.cancel = cancel
-	c.done = make(chan struct{})
-	done := c.done
+	from := c.next
+	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
 	c.mu.Unlock()
-	c.b.log.Debug("consumer serving", "client", c.sess.id, "channel", c.ch.name, "from", c.next)
-	c.b.wg.Add(1)
-	go func() {
-		defer c.b.wg.Done()
-		defer close(done)
-		c.run(ctx, cl)
-	}()
+	c.b.log.Debug("consumer serving", "client", c.sess.id, "channel", c.ch.name, "from", from)
 }
 
 // stop ends the pump and waits for it.
-func (c *consumer) stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.cancel, c.done = nil, nil
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (c *consumer) stop() { c.pump.stopUnder(&c.mu) }
 
 // acked applies a PUBACK for packet id pid.
 func (c *consumer) acked(pid uint16) {
@@ -326,18 +299,23 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
 
-	batch = append(batch, prepared{pk: pk, offset: rec.Offset, era: era})
-	if len(batch) >= pumpWriteBatch {
-		if !c.flush(cl, batch) {
-			return batch[:0], false
-		}
-		batch = batch[:0]
+	return addToRun(batch, prepared{pk: pk, offset: rec.Offset, era: era}, func(run []prepared) bool { return c.flush(cl, run) })
+}
+
+// addToRun adds a prepared delivery to a pump's run and writes the run
+// once it holds pumpWriteBatch: the run left (empty once written), and
+// whether the pump may go on.
+func addToRun[T any](run []T, p T, flush func([]T) bool) ([]T, bool) {
+	run = append(run, p)
+	if len(run) < pumpWriteBatch {
+		return run, true
 	}
-	return batch, true
+	return run[:0], flush(run)
 }
 
 // flush writes the prepared deliveries in one write through the session's
-// deliveries, bounded by the connection's write deadline (invariant 16). It reports whether the pump may go on.
+// deliveries, bounded by the connection's write deadline (invariant 16).
+// It reports whether the pump may go on.
 func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	if len(batch) == 0 {
 		return true
@@ -356,37 +334,33 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 		// moved was read while it was held: it is the one delivered just
 		// before the sweep, not one served from below the floor.
 		for _, p := range batch {
-			c.unsend(cl, p)
+			c.unsend(p)
 		}
 		return false
 	}
-	var buf bytes.Buffer
+	i, err, werr := c.sess.deliv.writeRun(cl, len(batch), func(i int) *packets.Packet { return &batch[i].pk })
+	if err != nil {
+		for _, p := range batch[i:] {
+			c.unsend(p)
+		}
+		if errors.Is(err, packets.ErrPacketTooLarge) {
+			// RFC 0003 §5: a record too large for the subscriber's Maximum
+			// Packet Size disconnects it with 0x95 and is never skipped:
+			// the position stays below it.
+			c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
+				"client", c.sess.id, "channel", c.ch.name, "offset", batch[i].offset)
+			_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+		} else {
+			c.b.log.Error("encoding a delivery", "client", c.sess.id, "channel", c.ch.name, "error", err)
+		}
+		return false
+	}
+	if werr != nil {
+		return false
+	}
 	qos0 := false
-	max := cl.Properties.Props.MaximumPacketSize
 	for i := range batch {
-		if err := encodeDelivery(&buf, &batch[i].pk, cl.Properties.ProtocolVersion, max); err != nil {
-			if buf.Len() > 0 {
-				_ = c.sess.deliv.write(cl, buf.Bytes())
-			}
-			for _, p := range batch[i:] {
-				c.unsend(cl, p)
-			}
-			if errors.Is(err, packets.ErrPacketTooLarge) {
-				// RFC 0003 §5: a record too large for the subscriber's
-				// Maximum Packet Size disconnects it with 0x95 and is never
-				// skipped: the position stays below it.
-				c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
-					"client", c.sess.id, "channel", c.ch.name, "offset", batch[i].offset)
-				_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
-			} else {
-				c.b.log.Error("encoding a delivery", "client", c.sess.id, "channel", c.ch.name, "error", err)
-			}
-			return false
-		}
 		qos0 = qos0 || batch[i].pk.FixedHeader.Qos == 0
-	}
-	if err := c.sess.deliv.write(cl, buf.Bytes()); err != nil {
-		return false
 	}
 	if qos0 {
 		// QoS 0 advances as it is written to the socket: at-most-once from
@@ -401,7 +375,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 // unsend rolls back a delivery that never reached the wire: its packet
 // identifier is free again, and the consumer reads from it again unless a
 // seek has moved the position since it was taken (its era ended).
-func (c *consumer) unsend(cl *mqtt.Client, p prepared) {
+func (c *consumer) unsend(p prepared) {
 	pid := p.pk.PacketID
 	c.mu.Lock()
 	if c.era == p.era {

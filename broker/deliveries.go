@@ -447,6 +447,27 @@ func (d *deliveries) stopWriting(stopped <-chan struct{}) {
 	wait(idle)
 }
 
+// writeRun encodes n PUBLISH packets for cl in order (pk(i) is the i-th)
+// and writes them in one write: a pump's batch. An encode that fails — a
+// packet over the client's Maximum Packet Size — ends the run there: what
+// was encoded before it is written, and its index and error are returned
+// (n and nil when every packet was encoded). written is the write's error.
+func (d *deliveries) writeRun(cl *mqtt.Client, n int, pk func(i int) *packets.Packet) (stop int, encErr, written error) {
+	var buf bytes.Buffer
+	v, maxSize := cl.Properties.ProtocolVersion, cl.Properties.Props.MaximumPacketSize
+	stop = n
+	for i := 0; i < n; i++ {
+		if encErr = encodeDelivery(&buf, pk(i), v, maxSize); encErr != nil {
+			stop = i
+			break
+		}
+	}
+	if buf.Len() > 0 {
+		written = d.write(cl, buf.Bytes())
+	}
+	return stop, encErr, written
+}
+
 // writePacket encodes one PUBLISH for cl (encodeDelivery) and writes it.
 func (d *deliveries) writePacket(cl *mqtt.Client, pk packets.Packet) error {
 	var buf bytes.Buffer
@@ -497,13 +518,7 @@ func (b *Broker) permit(cl *mqtt.Client, r route, topic string) bool {
 // consumers, the queues and the broadcast senders — so a grant that comes
 // back is what resumes them, not the next publish (invariant 16).
 func (b *Broker) permissionsChanged() {
-	b.mu.Lock()
-	sessions := make([]*session, 0, len(b.sessions))
-	for _, s := range b.sessions {
-		sessions = append(sessions, s)
-	}
-	b.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range b.heldSessions() {
 		s.roomFreed(b)
 	}
 	for _, q := range b.engines {

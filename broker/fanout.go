@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -342,8 +341,7 @@ type outbox struct {
 	cl *mqtt.Client
 
 	wake   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	sender pumpRun
 }
 
 const fanoutWarnEvery = 10 * time.Second
@@ -364,10 +362,7 @@ func (b *Broker) outboxOf(s *session) *outbox {
 
 func (o *outbox) poke() {
 	o.ensureSender()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
+	signal(o.wake)
 }
 
 // offer queues m for the session, within limits.session_queue_bytes

@@ -61,24 +61,12 @@ func (o *outbox) start(b *Broker, cl *mqtt.Client) {
 // goroutines must not see new ones.
 func (o *outbox) ensureSender() {
 	o.mu.Lock()
-	if !o.live || o.cancel != nil || o.b == nil || o.b.closing.Load() {
-		o.mu.Unlock()
+	defer o.mu.Unlock()
+	if !o.live || o.sender.running() || o.b == nil || o.b.closing.Load() {
 		return
 	}
 	b, cl := o.b, o.cl
-	// Owned by the session (stopSender) and, under it, by the broker:
-	// Close's cancel ends it too.
-	ctx, cancel := context.WithCancel(b.ctx)
-	o.cancel = cancel
-	o.done = make(chan struct{})
-	done := o.done
-	b.wg.Add(1)
-	o.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		defer close(done)
-		o.run(ctx, b, cl)
-	}()
+	o.sender.goLocked(b, func(ctx context.Context) { o.run(ctx, b, cl) })
 }
 
 // stop ends the sender and waits for it: the connection is gone, taken
@@ -117,15 +105,7 @@ func (o *outbox) stop() {
 }
 
 func (o *outbox) stopSender() {
-	o.mu.Lock()
-	cancel, done := o.cancel, o.done
-	o.cancel, o.done = nil, nil
-	o.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	o.sender.stopUnder(&o.mu)
 }
 
 // run is the sender's loop: write what is waiting, as the client's window

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -75,9 +74,8 @@ type latestConsumer struct {
 	hold  int
 	batch []latestPrepared
 
-	wake   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	wake chan struct{}
+	pump pumpRun
 }
 
 type latestFilter struct {
@@ -133,12 +131,7 @@ func restoredLatestConsumer(b *Broker, s *session, ch *channel) *latestConsumer 
 	return c
 }
 
-func (c *latestConsumer) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *latestConsumer) poke() { signal(c.wake) }
 
 // subscribed records one SUBSCRIBE's filters reaching this channel and the
 // pass it owes (pass: the filters whose Retain Handling asks for state).
@@ -205,9 +198,6 @@ func (c *latestConsumer) restoreFilter(sub subscription) {
 // mark and gets the full state.
 func (c *latestConsumer) start(cl *mqtt.Client) {
 	head := c.ch.values.Next()
-	// Owned by the session (stop) and, under it, by the broker: Close's
-	// cancel ends it too.
-	ctx, cancel := context.WithCancel(c.b.ctx)
 	c.mu.Lock()
 	c.hold = 0
 	switch {
@@ -246,17 +236,9 @@ func (c *latestConsumer) start(cl *mqtt.Client) {
 		c.inflight = make(map[uint16]latestDelivery)
 	}
 	c.served = true
-	c.cancel = cancel
-	c.done = make(chan struct{})
-	done := c.done
+	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
 	c.mu.Unlock()
 	c.b.log.Debug("latest consumer serving", "client", c.sess.id, "channel", c.ch.name)
-	c.b.wg.Add(1)
-	go func() {
-		defer c.b.wg.Done()
-		defer close(done)
-		c.run(ctx, cl)
-	}()
 }
 
 func cmpU64(a, b uint64) int {
@@ -270,17 +252,7 @@ func cmpU64(a, b uint64) int {
 }
 
 // stop ends the pump and waits for it.
-func (c *latestConsumer) stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.cancel, c.done = nil, nil
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (c *latestConsumer) stop() { c.pump.stopUnder(&c.mu) }
 
 // acked applies a PUBACK (or PUBCOMP) for packet id pid.
 func (c *latestConsumer) acked(pid uint16) {
@@ -601,18 +573,12 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	}
 	c.advanceLocked(src, passID, rec.Offset)
 	c.mu.Unlock()
-	batch = append(batch, latestPrepared{pk: pk, d: d, src: src, pass: passID})
-	if len(batch) >= pumpWriteBatch {
-		if !c.flush(cl, batch) {
-			return batch[:0], false
-		}
-		batch = batch[:0]
-	}
-	return batch, true
+	return addToRun(batch, latestPrepared{pk: pk, d: d, src: src, pass: passID}, func(run []latestPrepared) bool { return c.flush(cl, run) })
 }
 
 // flush writes the prepared deliveries in one write through the session's
-// deliveries, bounded by the connection's write deadline (invariant 16). It reports whether the pump may go on.
+// deliveries, bounded by the connection's write deadline (invariant 16).
+// It reports whether the pump may go on.
 // What never reached the wire is taken back: the cursor it came from goes
 // back below it (a value is never skipped, RFC 0003 §5).
 func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
@@ -620,20 +586,12 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 		return true
 	}
 	if cl.Closed() || cl.Net.Conn == nil {
-		c.unsend(cl, batch)
+		c.unsend(batch)
 		return false
 	}
-	var buf bytes.Buffer
-	max := cl.Properties.Props.MaximumPacketSize
-	for i := range batch {
-		err := encodeDelivery(&buf, &batch[i].pk, cl.Properties.ProtocolVersion, max)
-		if err == nil {
-			continue
-		}
-		if buf.Len() > 0 {
-			_ = c.sess.deliv.write(cl, buf.Bytes())
-		}
-		c.unsend(cl, batch[i:])
+	i, err, werr := c.sess.deliv.writeRun(cl, len(batch), func(i int) *packets.Packet { return &batch[i].pk })
+	if err != nil {
+		c.unsend(batch[i:])
 		if errors.Is(err, packets.ErrPacketTooLarge) {
 			// RFC 0003 §5: a value too large for the subscriber's Maximum
 			// Packet Size disconnects it with 0x95 and is never skipped:
@@ -646,11 +604,11 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 		}
 		return false
 	}
-	return c.sess.deliv.write(cl, buf.Bytes()) == nil
+	return werr == nil
 }
 
 // unsend takes back deliveries that never reached the wire.
-func (c *latestConsumer) unsend(cl *mqtt.Client, items []latestPrepared) {
+func (c *latestConsumer) unsend(items []latestPrepared) {
 	var back []latestDelivery
 	var pids []uint16
 	c.mu.Lock()

@@ -111,12 +111,7 @@ func newQueueEngine(b *Broker, ch *channel) *queueEngine {
 	}
 }
 
-func (q *queueEngine) poke() {
-	select {
-	case q.kick <- struct{}{}:
-	default:
-	}
-}
+func (q *queueEngine) poke() { signal(q.kick) }
 
 // run is the offer loop: offers on every tick and every kick, expires
 // leases and sweeps expired jobs. A deaf worker cannot freeze it: every

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"saguin.dev/broker/partition"
 	"sync"
 	"sync/atomic"
@@ -163,6 +164,79 @@ func (s *session) latestConsumers() []*latestConsumer {
 	out := make([]*latestConsumer, 0, len(s.latest))
 	for _, c := range s.latest {
 		out = append(out, c)
+	}
+	return out
+}
+
+// pumpRun is a delivery goroutine — a consumer's pump, a latest
+// consumer's, an outbox's sender — as its owner keeps it, under the
+// owner's lock: how to cancel it and when it has returned. Owned by the
+// session (its stop) and, under it, by the broker: the goroutine runs under
+// the broker's context and wait group, so Close's cancel ends it too.
+type pumpRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// running reports whether a goroutine is kept. Caller holds the owner's
+// lock.
+func (r *pumpRun) running() bool { return r.cancel != nil }
+
+// goLocked starts f as the owner's goroutine. Caller holds the owner's
+// lock, and has stopped any earlier one.
+func (r *pumpRun) goLocked(b *Broker, f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	r.cancel, r.done = cancel, done
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(done)
+		f(ctx)
+	}()
+}
+
+// takeLocked hands the kept goroutine over, to be stopped outside the
+// owner's lock, and keeps none.
+func (r *pumpRun) takeLocked() pumpRun {
+	t := *r
+	*r = pumpRun{}
+	return t
+}
+
+// stop cancels a goroutine taken and waits for it to return.
+func (r pumpRun) stop() {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+// stopUnder takes the kept goroutine under mu, the owner's lock, and stops
+// it and waits for it outside the lock.
+func (r *pumpRun) stopUnder(mu *sync.Mutex) {
+	mu.Lock()
+	t := r.takeLocked()
+	mu.Unlock()
+	t.stop()
+}
+
+// signal wakes whoever waits on ch (a buffer of one), or leaves the wake
+// already there.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// heldSessions lists the sessions the broker holds now.
+func (b *Broker) heldSessions() []*session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		out = append(out, s)
 	}
 	return out
 }
