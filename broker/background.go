@@ -23,13 +23,7 @@ func (b *Broker) flushLoop(ctx context.Context) {
 }
 
 func (b *Broker) flushPositions(force bool) {
-	b.mu.Lock()
-	sessions := make([]*session, 0, len(b.sessions))
-	for _, s := range b.sessions {
-		sessions = append(sessions, s)
-	}
-	b.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range b.heldSessions() {
 		b.flushSession(s, force)
 	}
 }

@@ -296,6 +296,8 @@ type wireEntry struct {
 	qos    byte
 	group  string // the $share/ filter whose group handed it; "": the session's own
 	pubrel bool   // QoS 2 PUBREC'd: a PUBREL is owed, never the message again
+	// relQueued: listed in outbox.pubrels, its PUBREL not yet written.
+	relQueued bool
 }
 
 // storedWindow is a session's window as stored.
@@ -330,20 +332,13 @@ func (o *outbox) cursorLocked(wm uint64) uint64 {
 	return c
 }
 
-// windowLocked lists the logged deliveries on the wire. Progress of a QoS 2
-// exchange is read from the connection's in-flight table when there is one.
-// Caller holds o.mu.
-func (o *outbox) windowLocked(cl *mqtt.Client) []storedInflight {
+// windowLocked lists the logged deliveries on the wire, with the progress
+// of each QoS 2 exchange (pubrecd). Caller holds o.mu.
+func (o *outbox) windowLocked() []storedInflight {
 	out := make([]storedInflight, 0, len(o.onWire))
 	for pid, w := range o.onWire {
 		if w.m.off == 0 {
 			continue
-		}
-		if cl != nil && w.qos == 2 && !w.pubrel {
-			if pk, ok := cl.State.Inflight.Get(pid); ok && pk.FixedHeader.Type == packets.Pubrel {
-				w.pubrel = true
-				o.onWire[pid] = w
-			}
 		}
 		out = append(out, storedInflight{Offset: w.m.off, PID: pid, QoS: w.qos, Pubrel: w.pubrel, Group: w.group})
 	}
@@ -362,12 +357,12 @@ func (b *Broker) flushBroadcast(s *session, force bool) {
 		return
 	}
 	s.mu.Lock()
-	durable, expiry, cl := s.durable, s.expiry, s.cl
+	durable, expiry := s.durable, s.expiry
 	s.mu.Unlock()
 	if !durable {
 		return
 	}
-	if err := b.storeWindow(o, cl, force); err != nil {
+	if err := b.storeWindow(o, force); err != nil {
 		b.log.Error("storing a session's broadcast window", "client", s.id, "error", err)
 	}
 	wm := l.watermark()
@@ -398,14 +393,14 @@ func (b *Broker) flushBroadcast(s *session, force bool) {
 
 // storeWindow writes the session's window if it changed (always, with
 // force, when there is one or was one).
-func (b *Broker) storeWindow(o *outbox, cl *mqtt.Client, force bool) error {
+func (b *Broker) storeWindow(o *outbox, force bool) error {
 	l := b.fan.log
 	o.mu.Lock()
 	if !o.windowDirty && !force {
 		o.mu.Unlock()
 		return nil
 	}
-	win := o.windowLocked(cl)
+	win := o.windowLocked()
 	had := o.storedWindow
 	o.windowDirty = false
 	o.mu.Unlock()
@@ -516,13 +511,7 @@ func (b *Broker) bcastLoop(ctx context.Context) {
 func (b *Broker) lowWater() uint64 {
 	l := b.fan.log
 	low := l.watermark()
-	b.mu.Lock()
-	sessions := make([]*session, 0, len(b.sessions))
-	for _, s := range b.sessions {
-		sessions = append(sessions, s)
-	}
-	b.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range b.heldSessions() {
 		o := s.bcast.Load()
 		if o == nil || !s.isDurable() {
 			continue

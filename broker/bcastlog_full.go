@@ -96,13 +96,7 @@ func (b *Broker) relieveLog(need int64) bool {
 // (0 offsets aside); the log's next offset when none.
 func (b *Broker) lowestOnWire() uint64 {
 	low := b.fan.log.log.Next()
-	b.mu.Lock()
-	sessions := make([]*session, 0, len(b.sessions))
-	for _, s := range b.sessions {
-		sessions = append(sessions, s)
-	}
-	b.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range b.heldSessions() {
 		o := s.bcast.Load()
 		if o == nil {
 			continue

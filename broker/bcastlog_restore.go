@@ -25,7 +25,6 @@ type restoredBcast struct {
 	cursor uint64
 	subs   map[string]packets.Subscription
 	window map[uint64]storedInflight
-	n      int // window entries put back on the wire
 }
 
 // restoreBroadcast serves every restored durable session (and shared
@@ -33,9 +32,9 @@ type restoredBcast struct {
 // topic one of its filters matched when they were written (a filter's
 // subscribed-at offset at or below the message's), in order, within its
 // limits.session_queue_bytes (oldest given up, counted); the ones in its
-// stored window go back on the wire under their packet ids, for the
-// substrate to resend with DUP when the client resumes. Runs at start,
-// after restoreSessions, before anything listens.
+// stored window go back into its deliveries under their packet ids, sent
+// again (with DUP, or as the PUBREL owed) when the client resumes. Runs at
+// start, after restoreSessions, before anything listens.
 func (b *Broker) restoreBroadcast() error {
 	l := b.fan.log
 	if l == nil {
@@ -189,27 +188,16 @@ func (b *Broker) restoreDelivery(r *restoredBcast, m *broadcastMsg, now time.Tim
 	if w, ok := r.window[m.off]; ok {
 		e := owed{m: m, qos: w.QoS, group: w.Group, charge: m.charge()}
 		pk, left, outcome := shapeBroadcast(e, r.subs, nil, r.s.id, r.cl.Properties.ProtocolVersion, now)
-		if outcome != shapeDeliver {
+		if outcome != shapeDeliver && !w.Pubrel {
 			return // let go like an acknowledged one
 		}
-		pk.PacketID = w.PID
-		pk.FixedHeader.Dup = true
-		// The substrate resends its in-flight table ordered by the low 16
-		// bits of Created: numbered in offset order, they go out in the
-		// order first sent (MQTT-4.6.0-1). Created serves nothing else here
-		// (no maximum message expiry is configured on the substrate).
-		r.n++
-		pk.Created = now.Unix()&^0xFFFF + int64(r.n)
-		if w.Pubrel {
-			pk = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1},
-				PacketID: w.PID, ProtocolVersion: pk.ProtocolVersion, Created: pk.Created}
-		} else if left > 0 {
-			pk.Expiry = time.Now().Unix() + int64(left)
+		pk.FixedHeader.Qos = w.QoS // the exchange as it was started
+		var expires time.Time
+		if left > 0 {
+			expires = now.Add(time.Duration(left) * time.Second)
 		}
-		r.cl.State.Inflight.Set(pk)
-		r.s.mu.Lock()
-		r.s.pids[w.PID] = r.o
-		r.s.mu.Unlock()
+		// Called in offset order: the order first sent (MQTT-4.6.0-1).
+		r.s.deliv.restore(w.PID, r.o, routeOf(e), &pk, w.Pubrel, expires)
 		r.o.mu.Lock()
 		r.o.onWire[w.PID] = wireEntry{charge: e.charge + inflightEntryCost, m: m, qos: w.QoS, group: w.Group, pubrel: w.Pubrel}
 		r.o.wire += e.charge + inflightEntryCost

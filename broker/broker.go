@@ -85,6 +85,9 @@ type Broker struct {
 	closing   atomic.Bool
 	ids       msgid.Generator
 	listeners []net.Listener
+	// doors are the MQTT doors being served: Close waits for their
+	// goroutines (listener.go).
+	doors []*door
 	// pidFile is the pid file this broker wrote ("" = none yet).
 	pidFile string
 
@@ -117,6 +120,9 @@ type Broker struct {
 	// the end of OnDisconnect: where the substrate's own cleanup of the
 	// connection follows.
 	afterTeardown atomic.Pointer[func(cl *mqtt.Client)]
+	// permitTest, set only by tests (deliveries_export_test.go), stands in
+	// for the permission every delivery asks (deliveries.go permit).
+	permitTest atomic.Pointer[func(clientID, route, topic string) bool]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -325,6 +331,7 @@ func (b *Broker) Start() error {
 		return err
 	}
 	b.startQoS2() // holds of sessions that came back; the rest dropped (qos2.go)
+	var doors []*door
 	for _, l := range b.cfg.Broker.Listeners {
 		ln, err := openListener(l) // listen.go
 		if err != nil {
@@ -335,10 +342,12 @@ func (b *Broker) Start() error {
 		wrapped := b.admitListener(ln) // broker.limits at the door (admission.go)
 		// Our door, not the substrate's listener: a panic handling one
 		// connection ends that connection only (listener.go).
-		if err := b.mqtt.AddListener(b.newDoor(l.Name, wrapped)); err != nil {
+		d := b.newDoor(l.Name, wrapped)
+		if err := b.mqtt.AddListener(d); err != nil {
 			b.closeListeners()
 			return fmt.Errorf("listener %s: %w", l.Name, err)
 		}
+		doors = append(doors, d)
 		b.log.Info("listening", "listener", l.Name, "address", ln.Addr().String())
 	}
 	// operations.md §3.3: the pid file says the broker can be reached, so
@@ -348,9 +357,18 @@ func (b *Broker) Start() error {
 		b.closeListeners()
 		return err
 	}
+	// The substrate starts each door's accept loop: counted before, so
+	// Close never waits for one that was never started.
+	for _, d := range doors {
+		d.serving.Add(1)
+	}
 	if err := b.mqtt.Serve(); err != nil {
+		for _, d := range doors {
+			d.serving.Done()
+		}
 		return err
 	}
+	b.doors = doors
 	b.background(b.flushLoop)
 	b.background(b.sweepLoop)
 	b.background(b.willLoop)
@@ -407,16 +425,17 @@ func (b *Broker) Close() error {
 			}
 			b.stopListenerClients("")
 			_ = b.mqtt.Close()
+			// Every connection's goroutine and every accept loop has
+			// returned (the substrate's Close waited for the connections'
+			// handling, not for what follows it).
+			for _, d := range b.doors {
+				d.serving.Wait()
+			}
 		}
+		b.claims.stopTimeouts()
 		b.cancel()
-		b.mu.Lock()
-		sessions := make([]*session, 0, len(b.sessions))
-		for _, s := range b.sessions {
-			sessions = append(sessions, s)
-		}
-		b.mu.Unlock()
-		for _, s := range sessions {
-			s.stopPumps(nil)
+		for _, s := range b.heldSessions() {
+			s.stopPumps()
 		}
 		b.wg.Wait()
 		b.refusals.Flush(true) // what the rate limit held back is still told
@@ -431,15 +450,48 @@ func (b *Broker) Close() error {
 }
 
 // stopListenerClients disconnects and stops every client (of every
-// listener: the name is ignored), taking the substrate's client-map lock once.
+// listener: the name is ignored), taking the substrate's client-map lock
+// once. The DISCONNECTs are written side by side, and once they are written
+// or cutGrace has passed every connection is closed: a DISCONNECT waiting
+// behind a write blocked on a client that stopped reading (a deaf
+// subscriber's sender) is cut by the close rather than holding the stop for
+// its write_timeout — or for good with write_timeout none and no keep-alive
+// (invariant 16) — one such client after another.
 func (b *Broker) stopListenerClients(string) {
+	var clients []*mqtt.Client
 	for _, cl := range b.mqtt.Clients.GetAll() {
-		if cl.Closed() {
-			continue
+		if !cl.Closed() {
+			clients = append(clients, cl)
 		}
-		_ = b.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
+	}
+	if len(clients) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = b.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			cl.Stop(packets.ErrServerShuttingDown)
+		}()
+	}
+	written := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(written)
+	}()
+	grace := time.NewTimer(cutGrace)
+	defer grace.Stop()
+	select {
+	case <-written:
+		return
+	case <-grace.C:
+	}
+	for _, cl := range clients {
 		cl.Stop(packets.ErrServerShuttingDown)
 	}
+	<-written
 }
 
 func (b *Broker) closeProviders() error {

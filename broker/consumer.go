@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -48,9 +47,8 @@ type consumer struct {
 	stored uint64
 	dirty  bool
 
-	wake   chan struct{} // an ack, a seek or a subscription change
-	cancel context.CancelFunc
-	done   chan struct{}
+	wake chan struct{} // an ack, a seek or a subscription change
+	pump pumpRun
 }
 
 func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
@@ -75,49 +73,26 @@ func (c *consumer) positionLocked() uint64 {
 	return pos
 }
 
-func (c *consumer) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *consumer) poke() { signal(c.wake) }
 
 // start runs the pump for the connection cl. The caller has stopped any
 // earlier pump first (stop), so two pumps never write one consumer's records
 // out of order.
 func (c *consumer) start(cl *mqtt.Client) {
-	ctx, cancel := context.WithCancel(context.Background())
 	c.mu.Lock()
 	// A new connection resumes from the lowest unacknowledged offset: the
 	// deliveries of the old one are gone with it.
 	c.next = c.positionLocked()
 	c.inflight = make(map[uint16]uint64)
 	c.era++
-	c.cancel = cancel
-	c.done = make(chan struct{})
-	done := c.done
+	from := c.next
+	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
 	c.mu.Unlock()
-	c.b.log.Debug("consumer serving", "client", c.sess.id, "channel", c.ch.name, "from", c.next)
-	c.b.wg.Add(1)
-	go func() {
-		defer c.b.wg.Done()
-		defer close(done)
-		c.run(ctx, cl)
-	}()
+	c.b.log.Debug("consumer serving", "client", c.sess.id, "channel", c.ch.name, "from", from)
 }
 
 // stop ends the pump and waits for it.
-func (c *consumer) stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.cancel, c.done = nil, nil
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (c *consumer) stop() { c.pump.stopUnder(&c.mu) }
 
 // acked applies a PUBACK for packet id pid.
 func (c *consumer) acked(pid uint16) {
@@ -245,10 +220,51 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		return batch, !stale
 	}
 
+	// wait writes what is prepared, so the client can acknowledge it, and
+	// waits for a wake (an acknowledgement, a grant given back) or a
+	// raised floor. It reports whether the pump may look at rec again.
+	wait := func() bool {
+		if !c.flush(cl, batch) {
+			batch = batch[:0]
+			return false
+		}
+		batch = batch[:0]
+		// invariant 1: the record waiting here was read before the wait,
+		// and retention may pass it while the client holds its window.
+		// A raised floor wakes the pump, which reads again — from below
+		// the floor, so it restarts at the floor now, not once the
+		// client acknowledges.
+		raised := c.ch.floorWait()
+		if rec.Offset < c.ch.log.Floor() {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.wake:
+		case <-raised:
+		}
+		return true
+	}
+	for !c.b.permit(cl, routeAppend, rec.Topic) {
+		// invariant 16: a refused record stalls the consumer where it
+		// stands — never stepped over, its position unmoved — so nothing is
+		// lost if the grant comes back, and the grant coming back is what
+		// wakes it (permissionsChanged), not the next record published.
+		if !wait() {
+			return batch, false
+		}
+		c.mu.Lock()
+		stale := c.era != era
+		c.mu.Unlock()
+		if stale {
+			return batch, false
+		}
+	}
 	if m.qos > 0 {
 		for {
 			c.mu.Lock()
-			room := len(c.inflight) < pumpMaxInflight && windowFree(cl)
+			room := len(c.inflight) < pumpMaxInflight && c.sess.deliv.room(cl)
 			stale := c.era != era
 			c.mu.Unlock()
 			if stale {
@@ -257,68 +273,49 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 			if room {
 				break
 			}
-			// Out of room: what is prepared goes out now, so the client can
-			// acknowledge it, and the pump waits for an acknowledgement.
-			if !c.flush(cl, batch) {
-				return batch[:0], false
-			}
-			batch = batch[:0]
-			// invariant 1: the record waiting here was read before the wait,
-			// and retention may pass it while the client holds its window.
-			// A raised floor wakes the pump, which reads again — from below
-			// the floor, so it restarts at the floor now, not once the
-			// client acknowledges.
-			raised := c.ch.floorWait()
-			if rec.Offset < c.ch.log.Floor() {
+			// Out of room: the pump waits for an acknowledgement.
+			if !wait() {
 				return batch, false
-			}
-			select {
-			case <-ctx.Done():
-				return batch, false
-			case <-c.wake:
-			case <-raised:
 			}
 		}
 	}
 
-	pk := c.b.deliveryPacket(rec, c.ch, m, c.b.clock.Now())
+	now := c.b.clock.Now()
+	pk := c.b.deliveryPacket(rec, c.ch, m, now)
 	c.mu.Lock()
 	if c.era != era || c.next != rec.Offset {
 		c.mu.Unlock()
 		return batch, false
 	}
 	if m.qos > 0 {
-		pid, err := cl.NextPacketID()
-		if err != nil {
+		if !c.sess.deliv.reserve(cl, c, routeAppend, &pk, now) {
+			// The window filled since it was looked at (another route
+			// took the room): the pump reads again, and waits there.
 			c.mu.Unlock()
-			c.b.log.Warn("packet identifiers exhausted", "client", c.sess.id)
-			return batch, c.sleep(ctx, 100*time.Millisecond)
+			return batch, false
 		}
-		pk.PacketID = uint16(pid)
 		c.inflight[pk.PacketID] = rec.Offset
-		c.sess.mu.Lock()
-		c.sess.pids[pk.PacketID] = c
-		c.sess.mu.Unlock()
-		// The substrate's table reserves the identifier: no other delivery
-		// to this client takes it until the PUBACK frees it.
-		cl.State.Inflight.Set(pk)
 	}
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
 
-	batch = append(batch, prepared{pk: pk, offset: rec.Offset, era: era})
-	if len(batch) >= pumpWriteBatch {
-		if !c.flush(cl, batch) {
-			return batch[:0], false
-		}
-		batch = batch[:0]
-	}
-	return batch, true
+	return addToRun(batch, prepared{pk: pk, offset: rec.Offset, era: era}, func(run []prepared) bool { return c.flush(cl, run) })
 }
 
-// flush writes the prepared deliveries in one write, under the client's lock
-// as the substrate's own writes are, bounded by the connection's write
-// deadline (invariant 16). It reports whether the pump may go on.
+// addToRun adds a prepared delivery to a pump's run and writes the run
+// once it holds pumpWriteBatch: the run left (empty once written), and
+// whether the pump may go on.
+func addToRun[T any](run []T, p T, flush func([]T) bool) ([]T, bool) {
+	run = append(run, p)
+	if len(run) < pumpWriteBatch {
+		return run, true
+	}
+	return run[:0], flush(run)
+}
+
+// flush writes the prepared deliveries in one write through the session's
+// deliveries, bounded by the connection's write deadline (invariant 16).
+// It reports whether the pump may go on.
 func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	if len(batch) == 0 {
 		return true
@@ -337,42 +334,33 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 		// moved was read while it was held: it is the one delivered just
 		// before the sweep, not one served from below the floor.
 		for _, p := range batch {
-			c.unsend(cl, p)
+			c.unsend(p)
 		}
 		return false
 	}
-	var buf bytes.Buffer
-	qos0 := false
-	max := cl.Properties.Props.MaximumPacketSize
-	for i := range batch {
-		if err := encodeDelivery(&buf, &batch[i].pk, cl.Properties.ProtocolVersion, max); err != nil {
-			if buf.Len() > 0 {
-				cl.Lock()
-				_, _ = cl.Net.Conn.Write(buf.Bytes())
-				cl.Unlock()
-			}
-			for _, p := range batch[i:] {
-				c.unsend(cl, p)
-			}
-			if errors.Is(err, packets.ErrPacketTooLarge) {
-				// RFC 0003 §5: a record too large for the subscriber's
-				// Maximum Packet Size disconnects it with 0x95 and is never
-				// skipped: the position stays below it.
-				c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
-					"client", c.sess.id, "channel", c.ch.name, "offset", batch[i].offset)
-				_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
-			} else {
-				c.b.log.Error("encoding a delivery", "client", c.sess.id, "channel", c.ch.name, "error", err)
-			}
-			return false
-		}
-		qos0 = qos0 || batch[i].pk.FixedHeader.Qos == 0
-	}
-	cl.Lock()
-	_, err := cl.Net.Conn.Write(buf.Bytes())
-	cl.Unlock()
+	i, err, werr := c.sess.deliv.writeRun(cl, len(batch), func(i int) *packets.Packet { return &batch[i].pk })
 	if err != nil {
+		for _, p := range batch[i:] {
+			c.unsend(p)
+		}
+		if errors.Is(err, packets.ErrPacketTooLarge) {
+			// RFC 0003 §5: a record too large for the subscriber's Maximum
+			// Packet Size disconnects it with 0x95 and is never skipped:
+			// the position stays below it.
+			c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
+				"client", c.sess.id, "channel", c.ch.name, "offset", batch[i].offset)
+			_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+		} else {
+			c.b.log.Error("encoding a delivery", "client", c.sess.id, "channel", c.ch.name, "error", err)
+		}
 		return false
+	}
+	if werr != nil {
+		return false
+	}
+	qos0 := false
+	for i := range batch {
+		qos0 = qos0 || batch[i].pk.FixedHeader.Qos == 0
 	}
 	if qos0 {
 		// QoS 0 advances as it is written to the socket: at-most-once from
@@ -387,7 +375,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 // unsend rolls back a delivery that never reached the wire: its packet
 // identifier is free again, and the consumer reads from it again unless a
 // seek has moved the position since it was taken (its era ended).
-func (c *consumer) unsend(cl *mqtt.Client, p prepared) {
+func (c *consumer) unsend(p prepared) {
 	pid := p.pk.PacketID
 	c.mu.Lock()
 	if c.era == p.era {
@@ -400,8 +388,7 @@ func (c *consumer) unsend(cl *mqtt.Client, p prepared) {
 	}
 	c.mu.Unlock()
 	if pid != 0 {
-		c.sess.forget(pid)
-		cl.State.Inflight.Delete(pid)
+		c.sess.deliv.release(pid, c)
 	}
 }
 

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,9 +65,10 @@ const (
 	// the slack of the slice's growth.
 	queuedEntryCost = msgHeaderCost + 2*int64(unsafe.Sizeof(owed{}))
 	// inflightEntryCost is what one delivery on the wire holds besides the
-	// message: its packet in the substrate's in-flight table (an 800-byte
-	// packets.Packet, stored out of line in an 896-byte size class, and the
-	// table's slot), and its entries in session.pids and outbox.onWire.
+	// message: its exchange in the session's deliveries with the packet
+	// kept to send again (an 800-byte packets.Packet, stored out of line in
+	// an 896-byte size class), the table's slot, and its entry in
+	// outbox.onWire.
 	inflightEntryCost = 1152
 	// userPropertyCost is the header of one User Property (two strings).
 	userPropertyCost = int64(unsafe.Sizeof(packets.UserProperty{}))
@@ -315,6 +315,10 @@ type outbox struct {
 	queued, writing, wire int64
 	onWire                map[uint16]wireEntry // packet id → what is on the wire under it
 	live                  bool                 // a connection is being served
+	// pubrels lists the QoS 2 deliveries PUBREC'd whose PUBREL the sender
+	// writes once the window recording it is stored (pubrecd), in PUBREC
+	// order. Bounded by onWire: an entry is listed once (relQueued).
+	pubrels []uint16
 	// The broadcast-log side (bcastlog.go): from maps each filter to the
 	// log offset at which it was subscribed (a later subscription does not
 	// reach back); stored is the cursor last written, storedWindow
@@ -337,8 +341,7 @@ type outbox struct {
 	cl *mqtt.Client
 
 	wake   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	sender pumpRun
 }
 
 const fanoutWarnEvery = 10 * time.Second
@@ -359,10 +362,7 @@ func (b *Broker) outboxOf(s *session) *outbox {
 
 func (o *outbox) poke() {
 	o.ensureSender()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
+	signal(o.wake)
 }
 
 // offer queues m for the session, within limits.session_queue_bytes
@@ -387,16 +387,15 @@ func (o *outbox) poke() {
 func (o *outbox) offer(b *Broker, m *broadcastMsg, qos byte, group string, share bool) bool {
 	charge := m.charge()
 	half := b.cfg.Broker.Limits.SessionQueueBytes / 2
+	if share && !o.eligible(b, m, qos) {
+		return false // the group tries its next member (share.go)
+	}
 	o.mu.Lock()
 	if !o.live && (qos == 0 || share) {
 		// QoS 0 is not owed to a session away (MQTT 5 §4.1); a group
 		// first looks for a connected member.
 		o.mu.Unlock()
 		return false
-	}
-	if share && !o.eligibleLocked(m, qos) {
-		o.mu.Unlock()
-		return false // the group tries its next member (share.go)
 	}
 	fits := func() bool {
 		waiting := o.queued + o.writing
@@ -546,8 +545,9 @@ func (o *outbox) written(n int64) {
 	o.mu.Unlock()
 }
 
-// acked releases a QoS 1/2 delivery's charge at its PUBACK (or PUBCOMP):
-// routed here through session.pids (ackTarget).
+// acked releases a QoS 1/2 delivery's charge at the end of its exchange
+// (PUBACK, PUBCOMP, a refusing PUBREC, a resend let go): routed here by the
+// session's deliveries (ackTarget).
 func (o *outbox) acked(pid uint16) {
 	o.mu.Lock()
 	w, ok := o.onWire[pid]
@@ -561,6 +561,40 @@ func (o *outbox) acked(pid uint16) {
 	if ok {
 		o.poke()
 	}
+}
+
+// pubrecd records that the client PUBREC'd the QoS 2 delivery under pid
+// (pubrecTarget): from now on a PUBREL is owed, never the message. For a
+// logged message of a session that outlives its connection, the sender
+// writes that PUBREL once the window saying so is stored (delivery-front
+// §6), and it reports true; otherwise the session's deliveries write it at
+// once.
+func (o *outbox) pubrecd(pid uint16) bool {
+	durable := o.s.isDurable()
+	o.mu.Lock()
+	w, ok := o.onWire[pid]
+	if !ok {
+		o.mu.Unlock()
+		return false
+	}
+	w.pubrel = true
+	// invariant 18: the PUBREL tells the client its copy is the one; the
+	// window that says a PUBREL is owed is stored before it is written.
+	deferred := durable && w.m.off != 0
+	if deferred {
+		o.windowDirty = true
+		if !w.relQueued {
+			w.relQueued = true
+			o.pubrels = append(o.pubrels, pid)
+		}
+	}
+	o.onWire[pid] = w
+	o.mu.Unlock()
+	if deferred {
+		// Not live (the connection going): the resume sends it.
+		o.poke()
+	}
+	return deferred
 }
 
 // wireRoom reports whether one more QoS 1/2 delivery of a message charged
@@ -578,4 +612,13 @@ func (o *outbox) usage() (queued, writing, wire int64, waiting int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.queued, o.writing, o.wire, len(o.q) - o.head
+}
+
+// routeOf is the delivery route an owed message takes: a shared group's,
+// or the session's own subscriptions'.
+func routeOf(e owed) route {
+	if e.group != "" {
+		return routeShared
+	}
+	return routeBroadcast
 }

@@ -29,17 +29,16 @@ const (
 	fanoutWriteBytes = 64 << 10
 )
 
-// fanoutReconcileEvery is how often a sender short of room checks its
-// on-the-wire deliveries against the connection's in-flight table: an
-// exchange the substrate ended without a PUBACK or PUBCOMP routed to us (a
-// PUBREC with an error code, MQTT 5 §4.13.2) would otherwise hold its charge
-// and its window slot for good.
-const fanoutReconcileEvery = time.Second
+// fanoutRetryEvery is how often a sender short of room looks again though
+// nothing woke it: room another route gave back without an acknowledgement
+// (a delivery released unsent) pokes nobody.
+const fanoutRetryEvery = time.Second
 
 // start runs the sender for connection cl, which now owns the session. It
-// runs after the CONNACK and after the substrate resent what the session had
-// in flight, so nothing reaches a connection before its CONNACK and a
-// resumed session's unacknowledged messages go first.
+// runs after the CONNACK and after the session's deliveries sent again what
+// was unacknowledged (deliveries.resume), so nothing reaches a connection
+// before its CONNACK and a resumed session's unacknowledged messages go
+// first.
 func (o *outbox) start(b *Broker, cl *mqtt.Client) {
 	o.stopSender()
 	o.mu.Lock()
@@ -62,28 +61,19 @@ func (o *outbox) start(b *Broker, cl *mqtt.Client) {
 // goroutines must not see new ones.
 func (o *outbox) ensureSender() {
 	o.mu.Lock()
-	if !o.live || o.cancel != nil || o.b == nil || o.b.closing.Load() {
-		o.mu.Unlock()
+	defer o.mu.Unlock()
+	if !o.live || o.sender.running() || o.b == nil || o.b.closing.Load() {
 		return
 	}
 	b, cl := o.b, o.cl
-	ctx, cancel := context.WithCancel(context.Background())
-	o.cancel = cancel
-	o.done = make(chan struct{})
-	done := o.done
-	b.wg.Add(1)
-	o.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		defer close(done)
-		o.run(ctx, b, cl)
-	}()
+	o.sender.goLocked(b, func(ctx context.Context) { o.run(ctx, b, cl) })
 }
 
 // stop ends the sender and waits for it: the connection is gone, taken
 // over, or the session is ending. What is on the wire stays with the
-// session (the substrate carries those packets to a resuming connection and
-// resends them); QoS 0 still waiting is not owed to a session away, and goes.
+// session (its deliveries send those packets, or the PUBRELs owed, again to
+// a resuming connection); QoS 0 still waiting is not owed to a session
+// away, and goes.
 func (o *outbox) stop() {
 	// Not live first, so no offer starts a sender for the connection
 	// being let go while the running one stops.
@@ -103,40 +93,41 @@ func (o *outbox) stop() {
 	}
 	clear(o.q[len(kept):])
 	o.q, o.head = kept, 0
+	// A resume sends every PUBREL owed again.
+	for _, pid := range o.pubrels {
+		if w, ok := o.onWire[pid]; ok {
+			w.relQueued = false
+			o.onWire[pid] = w
+		}
+	}
+	o.pubrels = o.pubrels[:0]
 	o.mu.Unlock()
 }
 
 func (o *outbox) stopSender() {
-	o.mu.Lock()
-	cancel, done := o.cancel, o.done
-	o.cancel, o.done = nil, nil
-	o.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	o.sender.stopUnder(&o.mu)
 }
 
 // run is the sender's loop: write what is waiting, as the client's window
 // and the bound allow; wait for a publish or an acknowledgement.
 func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
-	o.reconcile(cl)
-	lastReconcile := time.Now()
 	var buf bytes.Buffer
 	for ctx.Err() == nil {
 		// The first member back is served its groups' backlogs.
 		b.pullShares(o, cl)
+		o.appendPubrels(cl, &buf)
 		qos0, stalled := o.fill(b, cl, &buf)
 		if buf.Len() > 0 && o.s.isDurable() {
 			// The window is stored before what joins it is written
 			// (delivery-front §6: "Drain sends nothing past window until
 			// acks written"), so a restart resends under the same packet
-			// ids. A store that fails ends the connection; one that is
-			// full (and the broadcast log could give up nothing more)
-			// does not hold the subscriber back: what it is written then
-			// would be resent under new ids after a crash (at-least-once).
-			if err := b.storeWindow(o, cl, false); err != nil && errors.Is(err, storage.ErrFull) {
+			// ids, and a PUBREL is written only once the window says one
+			// is owed: a crash then resends the PUBREL, never the message.
+			// A store that fails ends the connection; one that is full
+			// (and the broadcast log could give up nothing more) does not
+			// hold the subscriber back: what it is written then would be
+			// resent under new ids after a crash (at-least-once).
+			if err := b.storeWindow(o, false); err != nil && errors.Is(err, storage.ErrFull) {
 				b.log.Debug("broadcast window not stored: provider full", "client", cl.ID)
 			} else if err != nil {
 				b.log.Warn("storing a broadcast window failed: disconnecting the subscriber", "client", cl.ID, "error", err)
@@ -153,13 +144,8 @@ func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
 			continue
 		}
 		if buf.Len() == 0 {
-			// Short of room: an acknowledgement wakes the sender; the timer
-			// retries packet identifiers and reconciles.
-			if time.Since(lastReconcile) >= fanoutReconcileEvery {
-				o.reconcile(cl)
-				lastReconcile = time.Now()
-			}
-			wait := time.NewTimer(fanoutReconcileEvery)
+			// Short of room: an acknowledgement wakes the sender.
+			wait := time.NewTimer(fanoutRetryEvery)
 			select {
 			case <-ctx.Done():
 			case <-o.wake:
@@ -188,17 +174,10 @@ func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
 	}
 }
 
-// write writes one run of deliveries under the client's lock, as every
-// writer to a client does, bounded by the connection's write deadline
-// (conn.go).
+// write writes one run of deliveries through the session's deliveries,
+// bounded by the connection's write deadline (invariant 16).
 func (o *outbox) write(cl *mqtt.Client, p []byte) error {
-	if cl.Closed() || cl.Net.Conn == nil {
-		return mqtt.ErrConnectionClosed
-	}
-	cl.Lock()
-	defer cl.Unlock()
-	_, err := cl.Net.Conn.Write(p)
-	return err
+	return o.s.deliv.write(cl, p)
 }
 
 // fill encodes up to fanoutWriteBatch waiting deliveries into buf, taking
@@ -223,9 +202,10 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			subs = cl.State.Subscriptions.GetAll()
 			declared = b.declaredOf(cl.ID)
 		}
-		pk, left, outcome := shapeBroadcast(e, subs, declared, cl.ID, v, now)
-		if outcome == shapeDeliver && !b.readAllowed(cl, e.m.topic) {
-			// Not sent where the acl_file disallows it now; let go like an
+		pk, _, outcome := shapeBroadcast(e, subs, declared, cl.ID, v, now)
+		if outcome == shapeDeliver && !b.permit(cl, routeOf(e), e.m.topic) {
+			// invariant 16: asked per delivery, not only at SUBSCRIBE. Not
+			// sent where the grant is refused now; let go like an
 			// acknowledged one (RFC 0003 "Broadcast").
 			outcome = shapeUnmatched
 		}
@@ -235,18 +215,22 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			}
 			continue
 		}
+		r := routeOf(e)
 		if pk.FixedHeader.Qos > 0 {
-			if !windowFree(cl) || !o.wireRoom(b, e.charge) {
+			if !o.wireRoom(b, e.charge) {
 				return qos0, true
 			}
-			pid, err := cl.NextPacketID()
-			if err != nil {
-				return qos0, true
+			// The acknowledgement routes back through the session's
+			// deliveries (OnPacketRead), which keep the packet for a
+			// resuming connection, sent again in the order first sent
+			// (MQTT-4.4.0-1, -4.6.0-1).
+			if !o.s.deliv.reserve(cl, o, r, &pk, now) {
+				return qos0, true // the client's Receive Maximum is full
 			}
-			pk.PacketID = uint16(pid)
 		}
 		start := buf.Len()
 		if err := encodeDelivery(buf, &pk, v, maxSize); err != nil {
+			o.s.deliv.release(pk.PacketID, o)
 			if o.take(e.seq, 0, true) {
 				// RFC 0003 §5: a broadcast message too large for the
 				// subscriber is dropped for it; it stays connected.
@@ -257,65 +241,35 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 		}
 		if !o.take(e.seq, pk.PacketID, false) {
 			buf.Truncate(start) // given up by a publisher meanwhile
+			o.s.deliv.release(pk.PacketID, o)
 			continue
 		}
 		n++
 		if pk.PacketID == 0 {
 			qos0 += e.charge
-			continue
 		}
-		// The PUBACK routes back through session.pids (OnPacketRead), and the
-		// substrate's table reserves the identifier and carries the packet
-		// to a resuming connection, which it resends (MQTT-4.4.0-1).
-		o.s.mu.Lock()
-		o.s.pids[pk.PacketID] = o
-		o.s.mu.Unlock()
-		if left > 0 {
-			// The substrate counts a resend's expiry down on its own clock.
-			pk.Expiry = time.Now().Unix() + int64(left)
-		}
-		// The substrate resends its in-flight table to a resuming
-		// connection ordered by the low 16 bits of Created: the outbox's
-		// sequence there keeps them in the order first sent (MQTT-4.6.0-1),
-		// where seconds would tie. Created serves nothing else (no maximum
-		// message expiry is set on the substrate).
-		pk.Created = now.Unix()&^0xFFFF | int64(uint16(e.seq))
-		cl.State.Inflight.Set(pk)
 	}
 	return qos0, false
 }
 
-// readAllowed asks the acl_file whether cl may be sent a message on topic,
-// through the hook the substrate asked for each of its deliveries: per
-// delivery, not only at SUBSCRIBE, so a grant narrowed while the broker
-// runs stops what was already subscribed (invariant 16).
-func (b *Broker) readAllowed(cl *mqtt.Client, topic string) bool {
-	h := hook{b: b}
-	return h.OnACLCheck(cl, topic, false)
-}
-
-// reconcile releases on-the-wire deliveries the connection no longer holds:
-// ones the substrate ended without an acknowledgement routed here, or ones
-// a connection that did not inherit them (a restart, a lost takeover) can
-// never acknowledge.
-func (o *outbox) reconcile(cl *mqtt.Client) {
+// appendPubrels encodes the PUBRELs owed for QoS 2 deliveries the client
+// PUBREC'd (outbox.pubrecd), in the order the PUBRECs came (MQTT-4.6.0-3),
+// to be written after the window that records them is stored.
+func (o *outbox) appendPubrels(cl *mqtt.Client, buf *bytes.Buffer) {
 	o.mu.Lock()
-	pids := make([]uint16, 0, len(o.onWire))
-	for pid := range o.onWire {
-		pids = append(pids, pid)
+	due := slices.Clone(o.pubrels)
+	o.pubrels = o.pubrels[:0]
+	for _, pid := range due {
+		if w, ok := o.onWire[pid]; ok {
+			w.relQueued = false
+			o.onWire[pid] = w
+		}
 	}
 	o.mu.Unlock()
-	for _, pid := range pids {
-		o.s.mu.Lock()
-		ours := o.s.pids[pid] == ackTarget(o)
-		o.s.mu.Unlock()
-		if _, held := cl.State.Inflight.Get(pid); ours && held {
-			continue
+	for _, pid := range due {
+		if o.s.deliv.pubrelDue(pid, o) {
+			appendAck(buf, packets.Pubrel, pid, 0, cl.Properties.ProtocolVersion)
 		}
-		if ours {
-			o.s.forget(pid)
-		}
-		o.acked(pid)
 	}
 }
 

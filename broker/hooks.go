@@ -24,7 +24,7 @@ func (h *hook) ID() string { return "saguin" }
 func (h *hook) Provides(e byte) bool {
 	return bytes.Contains([]byte{
 		mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
-		mqtt.OnQosComplete, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
+		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect, mqtt.OnUnsubscribed, mqtt.OnClientExpired, mqtt.OnPacketEncode,
 		mqtt.OnRetainMessage, mqtt.OnPacketSent,
 	}, []byte{e})
@@ -180,14 +180,18 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		if !h.b.owns(cl) {
 			return pk, packets.ErrRejectPacket
 		}
-	case packets.Puback, packets.Pubcomp:
-		// Routed here, before the substrate deletes the in-flight entry: from
-		// that deletion on, the packet identifier is free and a pump may take
-		// it for its next delivery, and an acknowledgement routed after that
-		// would credit the new delivery with the old one's PUBACK.
+	case packets.Puback, packets.Pubrec, packets.Pubcomp:
+		// Each answers an exchange the broker started (MQTT 5 §4.3): the
+		// session's deliveries end it, write the PUBREL a PUBREC asks for,
+		// and free its window slot (deliveries.go). The substrate never
+		// sees them: its in-flight table holds only the client's own QoS 2
+		// exchanges, which these would have reached under the same number.
+		// invariant 17: only the owner's acknowledgements change the
+		// session.
 		if s := h.b.sessionOf(cl.ID); s != nil && s.owner() == cl {
-			s.puback(cl, pk)
+			s.deliv.ack(h.b, s, cl, pk)
 		}
+		return noopPacket, nil
 	case packets.Pubrel:
 		// A held channel publish is released and PUBCOMP'd here (qos2.go).
 		out, err := h.b.pubrel(cl, pk)
@@ -273,15 +277,6 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	return out, packets.CodeSuccessIgnore
 }
 
-// OnQosComplete runs once the substrate has freed the window slot of an
-// acknowledged delivery: the moment a pump or a queue waiting for room can
-// send again.
-func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if s := h.b.sessionOf(cl.ID); s != nil && s.owner() == cl {
-		s.roomFreed(h.b)
-	}
-}
-
 // OnSessionEstablish runs after CONNECT passed every check and before the
 // substrate looks at the session: the moment the new connection claims it.
 func (h *hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
@@ -300,10 +295,10 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	// The substrate's send quota defers deliveries and later sends them from
 	// the read loop through Inflight.NextImmediate, which takes the table's
 	// read lock twice: a write to the table from any other goroutine in
-	// between (every pump's delivery is one) deadlocks the read loop, which
-	// then stops reading PUBACKs. A zero maximum turns the machinery off;
-	// Sagüin's deliveries keep the client's Receive Maximum themselves
-	// (windowFree). This runs before the read loop starts.
+	// between (a QoS 2 hold dropped by the expiry sweep is one) deadlocks
+	// the read loop. A zero maximum turns the machinery off; the substrate
+	// makes no deliveries, and Sagüin's keep the client's Receive Maximum
+	// themselves (deliveries.go). This runs before the read loop starts.
 	cl.State.Inflight.ResetSendQuota(0)
 	// The substrate has registered this connection: a late teardown of an
 	// earlier one can now see it (ownership.go). The claim is given back
@@ -342,6 +337,9 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	queues := s.queueEngines(h.b)
 	latest := s.latestConsumers()
 	s.mu.Unlock()
+	// What the session's last connection left unacknowledged goes first,
+	// in the order first sent; then the pumps start.
+	s.deliv.resume(h.b, cl)
 	for _, c := range cons {
 		c.start(cl)
 	}
@@ -454,20 +452,12 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	b.mu.Unlock()
 	if s != nil {
 		old := s.owner()
-		carried := old
-		if carried == nil {
-			// The old connection's teardown may have let go of the session
-			// a moment ago (a client that reset its socket and reconnected
-			// before the broker saw the reset) while the substrate is about
-			// to carry that connection's in-flight table to this one: the
-			// pumps' packet ids leave that table here, or the substrate
-			// resends them (DUP) next to the pump's own copy from the
-			// position (the chaos harness's append-duplicate finding).
-			if existing, ok := b.mqtt.Clients.Get(cl.ID); ok && existing != cl {
-				carried = existing
-			}
-		}
-		s.stopPumps(carried)
+		// The pumps' deliveries are taken back here, whether or not the
+		// old connection's end has run yet: they are the session's, not
+		// the connection's, so nothing of them is carried or resent by the
+		// substrate (the chaos harness's append-duplicate finding was one
+		// it resent next to the pump's own copy from the position).
+		s.stopPumps()
 		if old != nil {
 			b.returnJobs(s, old)
 		}
@@ -599,7 +589,7 @@ func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
 		// invariant 17: a connection that was taken over changes nothing.
 		return
 	}
-	s.stopPumps(cl)
+	s.stopPumps()
 	b.returnJobs(s, cl)
 	b.flushSession(s, true)
 	if expire {
@@ -656,11 +646,10 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 	// invariant 18: what the DISCONNECT changed (its expiry, its Will
 	// withdrawn) is stored before the close that answers it.
 	b.storeSessionOrRetry(s, cl, "DISCONNECT")
-	// The pumps' unacknowledged deliveries leave the connection's in-flight
-	// table here, with the pumps: the teardown that follows finds no packet
-	// ids left to remove, and whatever stayed would be resent (DUP) by the
-	// substrate on resume next to the pump's own copy from the position.
-	s.stopPumps(cl)
+	// The pumps' unacknowledged deliveries are taken back here, with the
+	// pumps: what stayed would be sent again (DUP) on resume next to the
+	// pump's own copy from the position.
+	s.stopPumps()
 	b.flushSession(s, true)
 }
 
@@ -688,7 +677,7 @@ func (b *Broker) endSessionKeeping(id string, s *session, keep map[string]bool) 
 			b.spaces.Forget(f, id) // invariant 13: the spaces hold live subscriptions only
 		}
 		s.mu.Unlock()
-		s.stopPumps(nil)
+		s.stopPumps()
 		b.returnJobs(s, nil)
 		b.memberEnded(s) // shared groups take back what they handed it (share.go)
 	}

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -75,9 +74,8 @@ type latestConsumer struct {
 	hold  int
 	batch []latestPrepared
 
-	wake   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	wake chan struct{}
+	pump pumpRun
 }
 
 type latestFilter struct {
@@ -133,12 +131,7 @@ func restoredLatestConsumer(b *Broker, s *session, ch *channel) *latestConsumer 
 	return c
 }
 
-func (c *latestConsumer) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *latestConsumer) poke() { signal(c.wake) }
 
 // subscribed records one SUBSCRIBE's filters reaching this channel and the
 // pass it owes (pass: the filters whose Retain Handling asks for state).
@@ -205,7 +198,6 @@ func (c *latestConsumer) restoreFilter(sub subscription) {
 // mark and gets the full state.
 func (c *latestConsumer) start(cl *mqtt.Client) {
 	head := c.ch.values.Next()
-	ctx, cancel := context.WithCancel(context.Background())
 	c.mu.Lock()
 	c.hold = 0
 	switch {
@@ -244,17 +236,9 @@ func (c *latestConsumer) start(cl *mqtt.Client) {
 		c.inflight = make(map[uint16]latestDelivery)
 	}
 	c.served = true
-	c.cancel = cancel
-	c.done = make(chan struct{})
-	done := c.done
+	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
 	c.mu.Unlock()
 	c.b.log.Debug("latest consumer serving", "client", c.sess.id, "channel", c.ch.name)
-	c.b.wg.Add(1)
-	go func() {
-		defer c.b.wg.Done()
-		defer close(done)
-		c.run(ctx, cl)
-	}()
 }
 
 func cmpU64(a, b uint64) int {
@@ -268,17 +252,7 @@ func cmpU64(a, b uint64) int {
 }
 
 // stop ends the pump and waits for it.
-func (c *latestConsumer) stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.cancel, c.done = nil, nil
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (c *latestConsumer) stop() { c.pump.stopUnder(&c.mu) }
 
 // acked applies a PUBACK (or PUBCOMP) for packet id pid.
 func (c *latestConsumer) acked(pid uint16) {
@@ -557,10 +531,14 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 		c.mu.Unlock()
 		return batch, true
 	}
-	if m.qos > 0 && !(len(c.inflight) < pumpMaxInflight && windowFree(cl)) {
+	// wait writes what is prepared, so the client can acknowledge it,
+	// and waits for a wake: an acknowledgement, or a refused grant given
+	// back (permissionsChanged). The caller reads the store again: the
+	// values read before the wait may have been replaced during it (RFC
+	// 0003 §9 "Window": a waiting value is replaced by a newer one for the
+	// same topic). c.mu is held on entry and let go.
+	wait := func() ([]latestPrepared, bool) {
 		c.mu.Unlock()
-		// Out of room: what is prepared goes out now, so the client can
-		// acknowledge it, and the pump waits for an acknowledgement.
 		if !c.flush(cl, batch) {
 			return batch[:0], false
 		}
@@ -568,11 +546,16 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 		case <-ctx.Done():
 		case <-c.wake:
 		}
-		// The values read before the wait may have been replaced
-		// during it: the pump reads the store again rather than send
-		// one (RFC 0003 §9 "Window": a waiting value is replaced by a
-		// newer one for the same topic).
 		return batch[:0], false
+	}
+	if !c.b.permit(cl, routeLatest, rec.Topic) {
+		// invariant 16: refused where it stands, never stepped over, so
+		// nothing is lost if the grant comes back — and that is what
+		// wakes the pump, not the next value stored.
+		return wait()
+	}
+	if m.qos > 0 && len(c.inflight) >= pumpMaxInflight {
+		return wait()
 	}
 	pk := c.b.deliveryPacket(rec, c.ch, m, now)
 	if state {
@@ -582,37 +565,20 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	}
 	d := latestDelivery{offset: rec.Offset, topic: rec.Topic, state: state}
 	if m.qos > 0 {
-		pid, err := cl.NextPacketID()
-		if err != nil {
-			c.mu.Unlock()
-			c.b.log.Warn("packet identifiers exhausted", "client", c.sess.id)
-			c.sleep(ctx, 100*time.Millisecond)
-			return batch, false
+		// Out of room in the client's window: wait for an acknowledgement.
+		if !c.sess.deliv.reserve(cl, c, routeLatest, &pk, now) {
+			return wait()
 		}
-		pk.PacketID = uint16(pid)
 		c.inflight[pk.PacketID] = d
-		c.sess.mu.Lock()
-		c.sess.pids[pk.PacketID] = c
-		c.sess.mu.Unlock()
-		// The substrate's table reserves the identifier until the
-		// acknowledgement frees it.
-		cl.State.Inflight.Set(pk)
 	}
 	c.advanceLocked(src, passID, rec.Offset)
 	c.mu.Unlock()
-	batch = append(batch, latestPrepared{pk: pk, d: d, src: src, pass: passID})
-	if len(batch) >= pumpWriteBatch {
-		if !c.flush(cl, batch) {
-			return batch[:0], false
-		}
-		batch = batch[:0]
-	}
-	return batch, true
+	return addToRun(batch, latestPrepared{pk: pk, d: d, src: src, pass: passID}, func(run []latestPrepared) bool { return c.flush(cl, run) })
 }
 
-// flush writes the prepared deliveries in one write, under the client's
-// lock as the substrate's own writes are, bounded by the connection's
-// write deadline (invariant 16). It reports whether the pump may go on.
+// flush writes the prepared deliveries in one write through the session's
+// deliveries, bounded by the connection's write deadline (invariant 16).
+// It reports whether the pump may go on.
 // What never reached the wire is taken back: the cursor it came from goes
 // back below it (a value is never skipped, RFC 0003 §5).
 func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
@@ -620,22 +586,12 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 		return true
 	}
 	if cl.Closed() || cl.Net.Conn == nil {
-		c.unsend(cl, batch)
+		c.unsend(batch)
 		return false
 	}
-	var buf bytes.Buffer
-	max := cl.Properties.Props.MaximumPacketSize
-	for i := range batch {
-		err := encodeDelivery(&buf, &batch[i].pk, cl.Properties.ProtocolVersion, max)
-		if err == nil {
-			continue
-		}
-		if buf.Len() > 0 {
-			cl.Lock()
-			_, _ = cl.Net.Conn.Write(buf.Bytes())
-			cl.Unlock()
-		}
-		c.unsend(cl, batch[i:])
+	i, err, werr := c.sess.deliv.writeRun(cl, len(batch), func(i int) *packets.Packet { return &batch[i].pk })
+	if err != nil {
+		c.unsend(batch[i:])
 		if errors.Is(err, packets.ErrPacketTooLarge) {
 			// RFC 0003 §5: a value too large for the subscriber's Maximum
 			// Packet Size disconnects it with 0x95 and is never skipped:
@@ -648,14 +604,11 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 		}
 		return false
 	}
-	cl.Lock()
-	_, err := cl.Net.Conn.Write(buf.Bytes())
-	cl.Unlock()
-	return err == nil
+	return werr == nil
 }
 
 // unsend takes back deliveries that never reached the wire.
-func (c *latestConsumer) unsend(cl *mqtt.Client, items []latestPrepared) {
+func (c *latestConsumer) unsend(items []latestPrepared) {
 	var back []latestDelivery
 	var pids []uint16
 	c.mu.Lock()
@@ -682,7 +635,6 @@ func (c *latestConsumer) unsend(cl *mqtt.Client, items []latestPrepared) {
 	}
 	c.mu.Unlock()
 	for _, pid := range pids {
-		c.sess.forget(pid)
-		cl.State.Inflight.Delete(pid)
+		c.sess.deliv.release(pid, c)
 	}
 }

@@ -28,6 +28,10 @@ type door struct {
 	b   *Broker
 	end atomic.Bool
 	mu  sync.Mutex
+	// serving counts the door's goroutines: its accept loop (counted by
+	// Start, before the substrate starts it) and one per connection. The
+	// broker's Close waits for them.
+	serving sync.WaitGroup
 }
 
 // newDoor wraps a listener already admitting connections (admitListener).
@@ -50,6 +54,7 @@ const acceptBackoff = time.Second
 // Serve accepts until the door is closed and runs each connection on its
 // own goroutine, under recover.
 func (d *door) Serve(establish listeners.EstablishFn) {
+	defer d.serving.Done()
 	var pause time.Duration
 	for !d.end.Load() {
 		conn, err := d.ln.Accept()
@@ -69,6 +74,7 @@ func (d *door) Serve(establish listeners.EstablishFn) {
 			_ = conn.Close() // closed while accepting: nobody will serve it
 			return
 		}
+		d.serving.Add(1)
 		go d.serve(establish, conn)
 	}
 }
@@ -76,6 +82,7 @@ func (d *door) Serve(establish listeners.EstablishFn) {
 // serve is one connection's goroutine: the substrate's whole handling of
 // it, from CONNECT to its end.
 func (d *door) serve(establish listeners.EstablishFn, conn net.Conn) {
+	defer d.serving.Done()
 	if cc, ok := conn.(*clientConn); ok {
 		// Last, after a recovered panic's end too: the substrate's cleanup
 		// of the connection has run by then (ownership.go teardown).

@@ -55,6 +55,10 @@ type idClaim struct {
 	// brief: the store had no room for the session, so it was made one
 	// that ends with its connection; the CONNACK says Session Expiry 0.
 	brief bool
+	// timeout releases a CONNECT's holding if OnSessionEstablished never
+	// comes (claimForConnect); stopped when the holding is released, and
+	// by the broker's Close, so no timer of a stopped broker fires.
+	timeout *time.Timer
 }
 
 func (c *idClaims) acquire(id string, holder *mqtt.Client) (turn uint64) {
@@ -93,6 +97,10 @@ func (c *idClaims) releaseTurn(id string, holder *mqtt.Client, turn uint64) bool
 	if cl == nil || cl.holder != holder || turn != 0 && cl.turn != turn {
 		return false
 	}
+	if cl.timeout != nil {
+		cl.timeout.Stop()
+		cl.timeout = nil
+	}
 	cl.holder = nil
 	cl.ended, cl.refusal, cl.brief = false, 0, false
 	cl.waiters--
@@ -109,7 +117,27 @@ func (c *idClaims) releaseTurn(id string, holder *mqtt.Client, turn uint64) bool
 // comes (a failed CONNACK write ends the connection without that hook).
 func (b *Broker) claimForConnect(cl *mqtt.Client) {
 	turn := b.claims.acquire(cl.ID, cl)
-	time.AfterFunc(claimTimeout, func() { b.claims.releaseTurn(cl.ID, cl, turn) })
+	t := time.AfterFunc(claimTimeout, func() { b.claims.releaseTurn(cl.ID, cl, turn) })
+	b.claims.mu.Lock()
+	if c := b.claims.m[cl.ID]; c != nil && c.holder == cl && c.turn == turn {
+		c.timeout = t
+	} else {
+		t.Stop() // released already: nothing for it to release
+	}
+	b.claims.mu.Unlock()
+}
+
+// stopTimeouts stops every CONNECT claim's timeout still pending: the
+// broker is stopping, and a timer may not fire into it afterwards.
+func (c *idClaims) stopTimeouts() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cl := range c.m {
+		if cl.timeout != nil {
+			cl.timeout.Stop()
+			cl.timeout = nil
+		}
+	}
 }
 
 // teardown replaces the substrate's own end-of-connection cleanup for a

@@ -312,8 +312,9 @@ func (b *Broker) pubcomp(cl *mqtt.Client, pid uint16, code packets.Code) (packet
 
 // forgetPubrec removes the substrate's in-flight PUBREC for an inbound
 // exchange and gives back the receive quota it took, as its own PUBREL
-// handling would. Only a PUBREC entry: the table also holds Sagüin's
-// outbound deliveries, whose packet ids are another space.
+// handling would. The substrate's table holds only the client's own QoS 2
+// exchanges (the broker's deliveries keep theirs: deliveries.go); a PUBREC
+// entry is the only kind left there across packets.
 func (b *Broker) forgetPubrec(cl *mqtt.Client, pid uint16) {
 	if cl == nil {
 		return

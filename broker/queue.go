@@ -37,6 +37,7 @@ type delivery struct {
 	id       string // the Delivery ID: opaque, unique per attempt, ≤ 32 bytes
 	offset   uint64
 	worker   *worker
+	conn     *mqtt.Client // the worker's connection it was offered on
 	pid      uint16
 	state    deliveryState
 	written  bool      // the PUBLISH reached the connection
@@ -110,12 +111,7 @@ func newQueueEngine(b *Broker, ch *channel) *queueEngine {
 	}
 }
 
-func (q *queueEngine) poke() {
-	select {
-	case q.kick <- struct{}{}:
-	default:
-	}
-}
+func (q *queueEngine) poke() { signal(q.kick) }
 
 // run is the offer loop: offers on every tick and every kick, expires
 // leases and sweeps expired jobs. A deaf worker cannot freeze it: every
@@ -166,14 +162,13 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 	}
 	q.mu.Unlock()
 	if unacked && heldOn != nil {
-		// invariants 4, 15: a delivery not yet PUBACKed is still in the
-		// connection's in-flight table, and the substrate would resend it
-		// (DUP) to a resuming connection — a second live copy of a job the
-		// queue has just taken back and may offer to another worker. It
-		// leaves the table with the lease. (One PUBACKed already freed its
-		// packet id, which another delivery may hold by now.)
-		heldOn.State.Inflight.Delete(held.pid)
-		s.forget(held.pid)
+		// invariants 4, 15: a delivery not yet PUBACKed leaves the
+		// session's ack table with the lease (a stop has taken it out
+		// already; an UNSUBSCRIBE has not), so no late PUBACK starts a lease
+		// on a job the queue has just taken back and may offer to another
+		// worker. (One PUBACKed already freed its packet id, which another
+		// delivery may hold by now: release leaves that one alone.)
+		s.deliv.release(held.pid, queueAck{q: q, d: held})
 	}
 	if held != nil {
 		q.endLease(held, "session ended", held.received)
@@ -191,8 +186,7 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 		q.mu.Unlock()
 		return
 	}
-	d.worker.sess.forget(d.pid)
-	cl.State.Inflight.Delete(d.pid)
+	d.worker.sess.deliv.release(d.pid, queueAck{q: q, d: d})
 	q.mu.Lock()
 	// A lease being ended decides the job itself.
 	current := q.out[d.offset] == d && !d.ending

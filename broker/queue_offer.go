@@ -47,7 +47,7 @@ func (q *queueEngine) offer() {
 	scanned := 0
 	for first := true; ; first = false {
 		q.mu.Lock()
-		w, free := q.freeWorkerLocked()
+		w, free, _ := q.freeWorkerLocked("")
 		workers := len(q.workers)
 		// Start over at scanFrom when a job came back (it may be older
 		// than the page), or when the last pass went past a job it could
@@ -114,8 +114,13 @@ func (q *queueEngine) offer() {
 }
 
 // freeWorkerLocked picks the next worker in round-robin order that can take
-// a job now, and counts the workers that can.
-func (q *queueEngine) freeWorkerLocked() (*worker, int) {
+// a job now, and counts the workers that can. With a job's topic, a worker
+// the permission hook refuses it to is passed over (counted in refused):
+// the grant is asked where the worker is chosen, before anything is handed
+// over, so a job nobody may take stays available with its attempt unspent
+// (invariant 16 "A refusal on the way out is not a delivery"). The hook is
+// called under q.mu: it takes no lock but its own.
+func (q *queueEngine) freeWorkerLocked(topic string) (*worker, int, int) {
 	n := len(q.workers)
 	start := 0
 	for i, w := range q.workers {
@@ -125,10 +130,14 @@ func (q *queueEngine) freeWorkerLocked() (*worker, int) {
 		}
 	}
 	var first *worker
-	free := 0
+	free, refused := 0, 0
 	for i := 0; i < n; i++ {
 		w := q.workers[(start+i)%n]
-		if w.holding != nil || w.cl == nil || w.cl.Closed() || !windowFree(w.cl) {
+		if w.holding != nil || w.cl == nil || w.cl.Closed() || !w.sess.deliv.room(w.cl) {
+			continue
+		}
+		if topic != "" && !q.b.permit(w.cl, routeQueue, topic) {
+			refused++
 			continue
 		}
 		if first == nil {
@@ -136,7 +145,7 @@ func (q *queueEngine) freeWorkerLocked() (*worker, int) {
 		}
 		free++
 	}
-	return first, free
+	return first, free, refused
 }
 
 // newDeliveryID makes an opaque Delivery ID: the engine's epoch and eight
@@ -154,10 +163,11 @@ func (q *queueEngine) newDeliveryIDLocked() string {
 type claimOutcome int
 
 const (
-	claimSkip  claimOutcome = iota // out, waiting out a backoff, or gone: the pass moves on
-	claimStop                      // no free worker or no packet identifier: the pass ends
-	claimFresh                     // claimed; the page shows the job as it is stored
-	claimStale                     // claimed; the job changed since the page was read
+	claimSkip    claimOutcome = iota // out, waiting out a backoff, or gone: the pass moves on
+	claimStop                        // no free worker or no packet identifier: the pass ends
+	claimRefused                     // every free worker was refused the job: the pass moves on, the job stays
+	claimFresh                       // claimed; the page shows the job as it is stored
+	claimStale                       // claimed; the job changed since the page was read
 )
 
 // claimLocked decides, in one critical section, whether a job read by the
@@ -189,16 +199,24 @@ func (q *queueEngine) claimLocked(item storage.QueueItem, now time.Time) (*deliv
 		}
 		delete(q.waiting, item.Offset)
 	}
-	w, _ := q.freeWorkerLocked()
+	w, _, refused := q.freeWorkerLocked(item.Topic)
+	if w == nil && refused > 0 {
+		// Available, and offered again at the next pass: a grant that
+		// comes back wakes the engine (permissionsChanged).
+		q.passedLocked(item.Offset, false)
+		return nil, claimRefused
+	}
 	if w == nil {
 		return nil, claimStop // not looked past: the job stays first in the page
 	}
-	cl := w.cl
-	pid, err := cl.NextPacketID()
-	if err != nil {
+	d := &delivery{id: q.newDeliveryIDLocked(), offset: item.Offset, worker: w, conn: w.cl, received: now}
+	// The packet identifier is the worker's session's (deliveries.go); the
+	// packet itself is built once the claim decides the job goes out.
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}}
+	if !w.sess.deliv.reserve(w.cl, queueAck{q: q, d: d}, routeQueue, &pk, now) {
 		return nil, claimStop
 	}
-	d := &delivery{id: q.newDeliveryIDLocked(), offset: item.Offset, worker: w, pid: uint16(pid), received: now}
+	d.pid = pk.PacketID
 	// invariant 4: the job is out with exactly this delivery; every other
 	// path checks q.out before handing it over again.
 	q.out[item.Offset] = d
@@ -263,7 +281,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	d, outcome := q.claimLocked(item, now)
 	q.mu.Unlock()
 	switch outcome {
-	case claimSkip:
+	case claimSkip, claimRefused:
 		return true
 	case claimStop:
 		return false
@@ -272,6 +290,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 		// (invariants 4, 5: a job never goes out after it left the queue).
 		fresh, err := q.ch.queue.Get(item.Offset)
 		if err != nil {
+			d.worker.sess.deliv.release(d.pid, queueAck{q: q, d: d})
 			q.mu.Lock()
 			q.releaseLocked(d, errors.Is(err, storage.ErrNotFound))
 			q.mu.Unlock()
@@ -287,6 +306,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	if max := q.ch.cfg.MaxAttempts; max > 0 && int(item.Attempts) >= max {
 		// invariant 15: attempt counts survive a restart, so a job whose
 		// attempts are spent is dead-lettered, never offered once more.
+		w.sess.deliv.release(d.pid, queueAck{q: q, d: d})
 		q.mu.Lock()
 		delete(q.byID, d.id)
 		if w.holding == d {
@@ -302,18 +322,13 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	q.last = w
 	q.mu.Unlock()
 
-	cl := w.cl
+	cl := d.conn
 	pk := q.b.deliveryPacket(&item.Record, q.ch, matched{qos: 1}, now)
 	pk.PacketID = d.pid
 	pk.Properties.ResponseTopic = "$saguin/queue/" + q.ch.name + "/response"
 	pk.Properties.CorrelationData = []byte(d.id)
 	pk.Properties.User = append(pk.Properties.User,
 		packets.UserProperty{Key: "saguin-attempt", Val: strconv.FormatUint(uint64(item.Attempts)+1, 10)})
-
-	w.sess.mu.Lock()
-	w.sess.pids[d.pid] = queueAck{q: q, d: d}
-	w.sess.mu.Unlock()
-	cl.State.Inflight.Set(pk)
 
 	q.b.wg.Add(1)
 	go func() {
@@ -322,7 +337,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 		// SUBACK first.
 		w.sess.subscribing.Lock()
 		w.sess.subscribing.Unlock() //nolint:staticcheck // a gate, not a critical section
-		err := cl.WritePacket(pk)
+		err := w.sess.deliv.writePacket(cl, pk)
 		q.written(d, cl, err)
 	}()
 	return true

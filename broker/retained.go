@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"saguin.dev/broker/partition"
@@ -107,12 +108,24 @@ func (b *Broker) retainedFor(sub packets.Subscription, existed bool, declared pa
 
 // sendRetained writes a new subscription's retained values, read by
 // retainedFor: after the SUBACK, with RETAIN set and the remaining expiry
-// countdown. Written outside retainedOrder: a slow subscriber's socket
-// holds up no publisher (invariant 16).
-func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, matched []storage.Record) {
+// countdown, through the session's deliveries (deliveries.go), each asked
+// permission for. Written outside retainedOrder: a slow subscriber's socket
+// holds up no publisher (invariant 16). A value the client's Receive
+// Maximum has no room for is not sent, and one over its Maximum Packet
+// Size is not sent either (MQTT-3.1.2-25); the subscriber stays connected.
+func (b *Broker) sendRetained(s *session, cl *mqtt.Client, sub packets.Subscription, matched []storage.Record) {
+	if s == nil || len(matched) == 0 {
+		return
+	}
+	d := s.deliv
 	now := b.clock.Now()
+	v, maxSize := cl.Properties.ProtocolVersion, cl.Properties.Props.MaximumPacketSize
+	var buf bytes.Buffer
 	for i := range matched {
 		rec := &matched[i]
+		if !b.permit(cl, routeRetained, rec.Topic) {
+			continue // a refusal on the way out is not a delivery: nothing sent
+		}
 		m := matched1(sub, rec)
 		pk := b.deliveryPacket(rec, nil, m, now)
 		pk.FixedHeader.Retain = true // the stored pass always carries RETAIN
@@ -126,20 +139,25 @@ func (b *Broker) sendRetained(cl *mqtt.Client, sub packets.Subscription, matched
 			left := rec.Timestamp.Add(time.Duration(*rec.MessageExpiry) * time.Second).Sub(now)
 			pk.Properties.MessageExpiryInterval = uint32((left + time.Second - 1) / time.Second)
 		}
-		if pk.FixedHeader.Qos > 0 {
-			if !windowFree(cl) {
-				continue
-			}
-			pid, err := cl.NextPacketID()
-			if err != nil {
+		if pk.FixedHeader.Qos > 0 && !d.reserve(cl, retainedAck{}, routeRetained, &pk, now) {
+			continue
+		}
+		if err := encodeDelivery(&buf, &pk, v, maxSize); err != nil {
+			d.release(pk.PacketID, retainedAck{})
+			b.log.Debug("retained value not written", "client", cl.ID, "topic", rec.Topic, "error", err)
+			continue
+		}
+		if buf.Len() >= fanoutWriteBytes {
+			if err := d.write(cl, buf.Bytes()); err != nil {
+				b.log.Debug("retained values not written", "client", cl.ID, "error", err)
 				return
 			}
-			pk.PacketID = uint16(pid)
-			cl.State.Inflight.Set(pk)
+			buf.Reset()
 		}
-		if err := cl.WritePacket(pk); err != nil {
-			b.log.Debug("retained value not written", "client", cl.ID, "error", err)
-			return
+	}
+	if buf.Len() > 0 {
+		if err := d.write(cl, buf.Bytes()); err != nil {
+			b.log.Debug("retained values not written", "client", cl.ID, "error", err)
 		}
 	}
 }

@@ -279,8 +279,8 @@ func (b *Broker) moveConsumer(s *session, ch *channel, pos uint64, written func(
 	}
 	c.mu.Lock()
 	c.era++
-	// Deliveries of the closed era stay in the connection's in-flight table
-	// until the client acknowledges them: their packet identifiers must not
+	// Deliveries of the closed era stay in the session's ack table
+	// (deliveries.go) until the client acknowledges them: their packet identifiers must not
 	// be reused while the client holds them, or a late PUBACK would credit a
 	// record it never processed. The acknowledgement itself is ignored,
 	// because the consumer no longer lists the identifier.

@@ -1,13 +1,13 @@
 package broker
 
 import (
+	"context"
 	"saguin.dev/broker/partition"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // session is Sagüin's part of a client id's session: the channel consumers it
@@ -36,10 +36,9 @@ type session struct {
 	// latest by channel name: one per latest channel the session's filters
 	// reach (latest_consumer.go).
 	latest map[string]*latestConsumer
-	// pids maps a packet identifier Sagüin took for a delivery (a channel
-	// record or a queue job) to what the PUBACK acknowledges, so a PUBACK
-	// finds its delivery in O(1).
-	pids map[uint16]ackTarget
+	// deliv is every delivery to the session's connection, and its ack
+	// table (deliveries.go). Reached without s.mu.
+	deliv *deliveries
 	// queues are the queues this session consumes ($saguin/queue/<name>).
 	queues map[string]bool
 	// subs are the session's channel-reaching subscriptions by filter.
@@ -83,7 +82,7 @@ func newSession(id string) *session {
 		id:        id,
 		consumers: make(map[string]*consumer),
 		latest:    make(map[string]*latestConsumer),
-		pids:      make(map[uint16]ackTarget),
+		deliv:     newDeliveries(),
 		queues:    make(map[string]bool),
 		subs:      make(map[string]subscription),
 		declared:  make(map[string]partition.Matcher),
@@ -93,17 +92,6 @@ func newSession(id string) *session {
 // reader is the name positions are stored under (RFC 0004 §3).
 func (s *session) reader() string { return "mqtt:" + s.id }
 
-// windowFree reports whether the client's Receive Maximum leaves room for
-// one more QoS>0 delivery. The substrate's in-flight table counts every
-// outstanding exchange with this client, ours and its own.
-func windowFree(cl *mqtt.Client) bool {
-	rm := int(cl.Properties.Props.ReceiveMaximum)
-	if rm == 0 {
-		rm = 65535 // MQTT 5 §3.1.2.11.3: absent means 65,535
-	}
-	return cl.State.Inflight.Len() < rm
-}
-
 // owner returns the connection that owns the session, or nil.
 func (s *session) owner() *mqtt.Client {
 	s.mu.Lock()
@@ -111,19 +99,12 @@ func (s *session) owner() *mqtt.Client {
 	return s.cl
 }
 
-// forget drops a packet id the session's pumps held.
-func (s *session) forget(pid uint16) {
-	s.mu.Lock()
-	delete(s.pids, pid)
-	s.mu.Unlock()
-}
-
-// stopPumps stops every consumer's pump and takes their deliveries out of
-// the connection's in-flight table, so the substrate neither resends them nor
-// copies them into a taking-over connection: a channel consumer resumes from
-// its position, never from a delivery that belonged to a connection that is
+// stopPumps stops every consumer's pump and the broadcast sender, and takes
+// back their unacknowledged deliveries (deliveries.takeBack): nothing more
+// is written to the connection, and a channel consumer resumes from its
+// position, never from a delivery that belonged to a connection that is
 // gone (invariant 15's rule for channels, RFC 0003 §8).
-func (s *session) stopPumps(cl *mqtt.Client) {
+func (s *session) stopPumps() {
 	s.mu.Lock()
 	cons := make([]*consumer, 0, len(s.consumers))
 	for _, c := range s.consumers {
@@ -132,56 +113,25 @@ func (s *session) stopPumps(cl *mqtt.Client) {
 	latest := s.latestConsumers()
 	s.mu.Unlock()
 	// The pumps stop first: one still running could take a packet id after
-	// the table below was taken, and its delivery would stay in the
-	// connection's in-flight table — resent (DUP) by the substrate to a
-	// resuming connection next to the pump's own copy from the position.
-	for _, c := range cons {
-		c.stop()
-	}
-	for _, c := range latest {
-		c.stop() // its unacknowledged values are its own to resend (latest_consumer.go)
-	}
-	if o := s.bcast.Load(); o != nil {
-		o.stop()
-	}
-	s.mu.Lock()
-	pids := s.pids
-	s.pids = make(map[uint16]ackTarget)
-	for pid, target := range pids {
-		if _, ok := target.(*outbox); ok {
-			// A broadcast delivery on the wire stays the session's: the
-			// substrate carries it to a resuming connection and resends it,
-			// and that connection's PUBACK releases it (fanout.go).
-			s.pids[pid] = target
+	// the table was taken back, and its delivery would stay in the table —
+	// sent again (DUP) to a resuming connection next to the pump's own copy
+	// from the position. A pump blocked in a write to a client that stopped
+	// reading is cut (stopWriting), as is a queue job's write in progress.
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for _, c := range cons {
+			c.stop()
 		}
-	}
-	s.mu.Unlock()
-	if cl != nil {
-		for pid, target := range pids {
-			switch target.(type) {
-			case *consumer, *latestConsumer:
-			default:
-				continue // queue deliveries are returned by their engine
-			}
-			cl.State.Inflight.Delete(pid)
+		for _, c := range latest {
+			c.stop() // its unacknowledged values are its own to resend (latest_consumer.go)
 		}
-	}
-}
-
-// puback routes a PUBACK to the consumer whose delivery it acknowledges.
-// Reports whether it was one of ours.
-func (s *session) puback(cl *mqtt.Client, pk packets.Packet) bool {
-	s.mu.Lock()
-	c, ok := s.pids[pk.PacketID]
-	if ok {
-		delete(s.pids, pk.PacketID)
-	}
-	s.mu.Unlock()
-	if !ok {
-		return false
-	}
-	c.acked(pk.PacketID)
-	return true
+		if o := s.bcast.Load(); o != nil {
+			o.stop()
+		}
+	}()
+	s.deliv.stopWriting(stopped)
+	s.deliv.takeBack()
 }
 
 // roomFreed wakes everything that may be waiting for room in the client's
@@ -209,16 +159,84 @@ func (s *session) roomFreed(b *Broker) {
 	}
 }
 
-// ackTarget is what a PUBACK for one of Sagüin's deliveries acknowledges.
-type ackTarget interface {
-	acked(pid uint16)
-}
-
 // latestConsumers lists the session's latest consumers. Caller holds s.mu.
 func (s *session) latestConsumers() []*latestConsumer {
 	out := make([]*latestConsumer, 0, len(s.latest))
 	for _, c := range s.latest {
 		out = append(out, c)
+	}
+	return out
+}
+
+// pumpRun is a delivery goroutine — a consumer's pump, a latest
+// consumer's, an outbox's sender — as its owner keeps it, under the
+// owner's lock: how to cancel it and when it has returned. Owned by the
+// session (its stop) and, under it, by the broker: the goroutine runs under
+// the broker's context and wait group, so Close's cancel ends it too.
+type pumpRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// running reports whether a goroutine is kept. Caller holds the owner's
+// lock.
+func (r *pumpRun) running() bool { return r.cancel != nil }
+
+// goLocked starts f as the owner's goroutine. Caller holds the owner's
+// lock, and has stopped any earlier one.
+func (r *pumpRun) goLocked(b *Broker, f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	r.cancel, r.done = cancel, done
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(done)
+		f(ctx)
+	}()
+}
+
+// takeLocked hands the kept goroutine over, to be stopped outside the
+// owner's lock, and keeps none.
+func (r *pumpRun) takeLocked() pumpRun {
+	t := *r
+	*r = pumpRun{}
+	return t
+}
+
+// stop cancels a goroutine taken and waits for it to return.
+func (r pumpRun) stop() {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+// stopUnder takes the kept goroutine under mu, the owner's lock, and stops
+// it and waits for it outside the lock.
+func (r *pumpRun) stopUnder(mu *sync.Mutex) {
+	mu.Lock()
+	t := r.takeLocked()
+	mu.Unlock()
+	t.stop()
+}
+
+// signal wakes whoever waits on ch (a buffer of one), or leaves the wake
+// already there.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// heldSessions lists the sessions the broker holds now.
+func (b *Broker) heldSessions() []*session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		out = append(out, s)
 	}
 	return out
 }

@@ -288,30 +288,29 @@ func (b *Broker) oldestUnsentHanded(group string) uint64 {
 	return low
 }
 
-// eligibleLocked reports whether a connected member may be handed m now
-// (configuration.md §4.3 "Delivery"; delivery-front §5): at QoS 1/2 its
-// Receive Maximum has room for one more beyond what it holds and what waits
-// for it, and m fits its Maximum Packet Size. A member it does not fit is
-// passed over, never disconnected and nothing counted; with no fitting
-// member the group holds m as if none were connected. Caller holds o.mu.
-func (o *outbox) eligibleLocked(m *broadcastMsg, qos byte) bool {
-	cl := o.cl
-	if cl == nil {
+// eligible reports whether a connected member may be handed m now
+// (configuration.md §4.3 "Delivery"; delivery-front §5): it may be sent m
+// (the permission every delivery asks), at QoS 1/2 its Receive Maximum has
+// room for one more beyond what it holds and what waits for it, and m fits
+// its Maximum Packet Size. A member it does not fit is passed over, never
+// disconnected and nothing counted; with no fitting member the group holds
+// m as if none were connected. Asked without o.mu, which is never held
+// while another lock is taken: what it reads may change at once, and the
+// member's sender decides again when it writes.
+func (o *outbox) eligible(b *Broker, m *broadcastMsg, qos byte) bool {
+	o.mu.Lock()
+	cl, live, waiting := o.cl, o.live, len(o.q)-o.head
+	o.mu.Unlock()
+	if cl == nil || !live {
 		return false
 	}
 	if max := cl.Properties.Props.MaximumPacketSize; max > 0 && m.packetSizeBound() > int64(max) {
 		return false
 	}
-	if qos > 0 {
-		rm := int(cl.Properties.Props.ReceiveMaximum)
-		if rm == 0 {
-			rm = 65535 // MQTT 5 §3.1.2.11.3
-		}
-		if cl.State.Inflight.Len()+len(o.q)-o.head >= rm {
-			return false
-		}
+	if !b.permit(cl, routeShared, m.topic) {
+		return false
 	}
-	return true
+	return qos == 0 || o.s.deliv.inFlight()+waiting < clientReceiveMaximum(cl)
 }
 
 // packetSizeBound is at least the size of m's PUBLISH to any subscriber:

@@ -238,7 +238,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	}
 	b.pauses.beforeRetainedPass.at()
 	for _, r := range retained {
-		b.sendRetained(cl, r.sub, r.recs)
+		b.sendRetained(s, cl, r.sub, r.recs)
 	}
 	for _, c := range started {
 		c.start(cl)

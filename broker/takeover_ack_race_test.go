@@ -88,8 +88,11 @@ func TestInvariant17_OldConnectionEndKeepsTheNewOwnersAcks(t *testing.T) {
 		defer b.claims.release("tk", newConn)
 		s.mu.Lock()
 		s.cl, s.lastSeen = newConn, time.Time{}
-		s.pids[pid] = c
 		s.mu.Unlock()
+		s.deliv.mu.Lock()
+		s.deliv.cl = newConn
+		s.deliv.table[pid] = &exchange{target: c, route: routeAppend, qos: 1}
+		s.deliv.mu.Unlock()
 	}()
 	if !claimed {
 		// Nothing keeps the CONNECT out: it completes while the old end
@@ -103,9 +106,13 @@ func TestInvariant17_OldConnectionEndKeepsTheNewOwnersAcks(t *testing.T) {
 	if s.owner() != newConn {
 		t.Fatal("the new connection does not own the session")
 	}
-	if !s.puback(newConn, packets.Packet{PacketID: pid}) {
-		t.Fatalf("the new owner's PUBACK for packet id %d (offset %d) was not routed to its consumer: the old connection's end dropped it", pid, off)
+	s.deliv.mu.Lock()
+	_, held := s.deliv.table[pid]
+	s.deliv.mu.Unlock()
+	if !held {
+		t.Fatalf("the new owner's delivery under packet id %d (offset %d) left the session's deliveries: the old connection's end dropped it", pid, off)
 	}
+	s.deliv.ack(b, s, newConn, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pid})
 	c.mu.Lock()
 	pos := c.positionLocked()
 	c.mu.Unlock()

@@ -152,7 +152,7 @@ const maxReadPacket = 16 << 20
 
 // ReadPacket reads one MQTT packet from r and decodes what tests look at
 // (CONNACK, PUBLISH, the acknowledgements of QoS 1 and 2, SUBACK,
-// DISCONNECT) at protocol level version.
+// UNSUBACK, DISCONNECT) at protocol level version.
 // The caller sets any read deadline.
 func ReadPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 	var pk packets.Packet
@@ -204,6 +204,8 @@ func ReadPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 		err = pk.PubcompDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
+	case packets.Unsuback:
+		err = pk.UnsubackDecode(body)
 	case packets.Disconnect:
 		err = pk.DisconnectDecode(body)
 	}
