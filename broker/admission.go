@@ -46,6 +46,8 @@ type gate struct {
 
 	pub         publishBudgets
 	refusedRate atomic.Int64 // publishes refused for rate (saguin_publish_refused_total{reason="publish rate exceeded"})
+
+	writes writerCounts // what the connection writers did (conn_writer.go)
 }
 
 type waiter struct{ granted chan struct{} } // closed when a slot is handed over
@@ -665,7 +667,11 @@ func (c *clientConn) Write(b []byte) (int, error) {
 	if err := c.Conn.SetWriteDeadline(by); err != nil {
 		return 0, err
 	}
+	st := &c.l.g.writes
+	st.writes.Add(1)
+	st.socketWrites.Add(1) // before: whoever sees the bytes sees the count
 	n, err := c.Conn.Write(b)
+	st.bytes.Add(int64(n))
 	if err != nil {
 		// A client that did not take a write in time is disconnected
 		// (invariant 16). Closing here is what does it whoever wrote: the
