@@ -196,7 +196,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			continue
 		}
 		now := time.Now()
-		cc := &clientConn{Conn: c, l: l, accepted: now, connectBy: now.Add(l.lim.ConnectTimeout),
+		cc := &clientConn{Conn: c, l: l, connectBy: now.Add(l.lim.ConnectTimeout),
 			writeTimeout: l.lim.WriteTimeout, closedCh: make(chan struct{}), waiter: w,
 			fr: framer{connectLimit: l.lim.MaxConnectSize, packetLimit: l.lim.MaxMessageSize}}
 		cc.state = stateSlot
@@ -290,7 +290,6 @@ const (
 type clientConn struct {
 	net.Conn
 	l            *admitListener
-	accepted     time.Time
 	connectBy    time.Time
 	writeTimeout time.Duration // 0: write_timeout none
 	waiter       *waiter       // the overflow place's turn in line; set at accept, never changed
@@ -312,7 +311,11 @@ type clientConn struct {
 
 	connected atomic.Bool // the whole CONNECT has been read
 	closeOnce sync.Once
-	closedCh  chan struct{}
+	// ending: the substrate began this connection's end (OnDisconnect).
+	// (Beside closeOnce, whose padding it fills: every connection carries
+	// these fields.)
+	ending   atomic.Bool
+	closedCh chan struct{}
 
 	// Read side: only the substrate's reader calls Read.
 	fr       framer
@@ -323,8 +326,6 @@ type clientConn struct {
 	// CONNECT hook on: what a panic on this connection's goroutine
 	// (listener.go) must leave consistent.
 	client atomic.Pointer[mqtt.Client]
-	// ending: the substrate began this connection's end (OnDisconnect).
-	ending atomic.Bool
 	// afterServed is what must wait until the substrate has done with the
 	// connection — its goroutine has returned (listener.go): the release of
 	// the client id's claim a teardown took (ownership.go).
@@ -375,11 +376,14 @@ func (c *clientConn) Close() error {
 	c.drain()
 	err := c.shut()
 	c.w.mu.Lock()
-	f := c.w.flusher
-	c.w.mu.Unlock()
-	if f != nil {
-		<-f // its socket is closed: its write returns at once
+	for c.w.background {
+		// Its socket is closed: its write returns at once.
+		ch := c.w.wakeCh()
+		c.w.mu.Unlock()
+		<-ch
+		c.w.mu.Lock()
 	}
+	c.w.mu.Unlock()
 	return err
 }
 

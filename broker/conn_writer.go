@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -27,8 +28,9 @@ import (
 //     SUBACK, UNSUBACK, PINGRESP) while the connection has already read the
 //     client's next packet is held ("corked") and leaves with the answer to
 //     the last packet of that read, or with the next write of any other
-//     kind, or before the reader next waits on the socket — at most
-//     corkLinger after it was held, and at most corkMax bytes of it. A
+//     kind, or before the reader next waits on the socket, or at Close;
+//     once the first held answer has waited corkLinger the next answer
+//     carries them all out, and never more than corkMax bytes are held. A
 //     publisher with several publishes in flight gets its PUBACKs in one
 //     write, as a broker reading with an event loop answers a read.
 //
@@ -75,6 +77,16 @@ const (
 // its bound: the client took nothing in that time (invariant 16).
 var errWriteTimedOut = errors.New("write_timeout: the client did not take the broker's writes in time; disconnected")
 
+// errWriterFailed is what every Write after the failed one is told.
+var errWriterFailed = fmt.Errorf("%w: an earlier write to the client failed or missed write_timeout", net.ErrClosed)
+
+// pendingBuf is a pending buffer: the bytes, and when the first of them
+// was held for the read side (cork).
+type pendingBuf struct {
+	b     []byte
+	since time.Time
+}
+
 // pendingSizes are the pooled sizes of pending buffers, smallest first;
 // the last is pendingMax. A connection's buffer starts at the smallest that
 // fits and moves up as it fills.
@@ -82,26 +94,24 @@ var pendingSizes = [...]int{4 << 10, 16 << 10, pendingMax}
 
 var pendingPools [len(pendingSizes)]sync.Pool
 
-func getPending(need int) *[]byte {
+// getPending takes an empty buffer with room for need bytes (callers never
+// ask for more than pendingMax: checked before).
+func getPending(need int) *pendingBuf {
 	for i, size := range pendingSizes {
 		if need <= size {
-			if p, _ := pendingPools[i].Get().(*[]byte); p != nil {
-				*p = (*p)[:0]
+			if p, _ := pendingPools[i].Get().(*pendingBuf); p != nil {
 				return p
 			}
-			b := make([]byte, 0, size)
-			return &b
+			return &pendingBuf{b: make([]byte, 0, size)}
 		}
 	}
-	// Callers never ask for more than pendingMax (checked before).
-	b := make([]byte, 0, need)
-	return &b
+	return &pendingBuf{b: make([]byte, 0, need)}
 }
 
-func putPending(p *[]byte) {
+func putPending(p *pendingBuf) {
 	for i, size := range pendingSizes {
-		if cap(*p) == size {
-			*p = (*p)[:0]
+		if cap(p.b) == size {
+			p.b, p.since = p.b[:0], time.Time{}
 			pendingPools[i].Put(p)
 			return
 		}
@@ -142,21 +152,21 @@ func (b *Broker) WriterStats() WriterStats {
 }
 
 // connWriter is a clientConn's writing half; its fields are guarded by mu.
+// It is kept small: every connection, idle ones too, carries it.
 type connWriter struct {
-	mu       sync.Mutex
-	pending  *[]byte // bytes accepted and not yet written; nil when none
-	flushing bool    // a flusher owns the socket's write side
-	closing  bool    // Close has begun: no Write is accepted
-	err      error   // the failure that ended the connection; every later Write returns it
+	mu sync.Mutex
+	// Writers waiting for room take turns in arrival order: next is the
+	// next ticket to give, serving the one whose turn it is.
+	next, serving uint32
+	pending       *pendingBuf // bytes accepted and not yet written; nil when none
 	// wake is closed (and dropped) whenever a waiting Write may proceed:
 	// room made, a flush ended, a turn passed, the connection ended. Made
 	// only when somebody waits.
-	wake chan struct{}
-	// Writers waiting for room take turns in arrival order: next is the
-	// next ticket to give, serving the one whose turn it is.
-	next, serving uint64
-	corkedAt      time.Time     // when the held answers began to be held
-	flusher       chan struct{} // closed when the background flusher has ended
+	wake       chan struct{}
+	flushing   bool // a flusher owns the socket's write side
+	background bool // the flusher is the background one (Close waits for it to end)
+	closing    bool // Close has begun (or the socket is closed): no Write is accepted
+	failed     bool // a write failed or missed its bound: the connection is over
 }
 
 // bound is what each write of this connection is bounded by: write_timeout,
@@ -203,7 +213,7 @@ func (c *clientConn) write(b []byte, bound time.Duration) (int, error) {
 	st.writes.Add(1)
 	by := deadline(bound)
 	w := &c.w
-	var ticket uint64
+	var ticket uint32
 	queued, waited := false, false
 	w.mu.Lock()
 	for {
@@ -252,7 +262,7 @@ func (c *clientConn) write(b []byte, bound time.Duration) (int, error) {
 			// invariant 16: no room within the bound — the client took
 			// nothing in that time. It is disconnected, and this writer
 			// waits no longer.
-			c.fail(errWriteTimedOut)
+			c.fail()
 			return 0, errWriteTimedOut
 		}
 		w.mu.Lock()
@@ -267,12 +277,12 @@ func (c *clientConn) flushOwn(b []byte, by time.Time, queued bool) (int, error) 
 	held := w.pending
 	if held != nil {
 		// Held answers go first: they answer packets read before.
-		if len(*held)+len(b) <= pendingMax {
+		if len(held.b)+len(b) <= pendingMax {
 			w.appendPending(b)
 			held = w.pending
-			bufs = [][]byte{*held}
+			bufs = [][]byte{held.b}
 		} else {
-			bufs = [][]byte{*held, b}
+			bufs = [][]byte{held.b, b}
 		}
 		w.pending = nil
 	}
@@ -284,7 +294,7 @@ func (c *clientConn) flushOwn(b []byte, by time.Time, queued bool) (int, error) 
 		putPending(held)
 	}
 	if err != nil {
-		c.fail(err)
+		c.fail()
 		return 0, err
 	}
 	w.mu.Lock()
@@ -297,11 +307,10 @@ func (c *clientConn) flushOwn(b []byte, by time.Time, queued bool) (int, error) 
 // a background flusher, or the flush is over.
 func (c *clientConn) flushed() {
 	w := &c.w
-	if w.pending != nil && w.err == nil {
-		done := make(chan struct{})
-		w.flusher = done
+	if w.pending != nil && !w.failed {
+		w.background = true
 		c.counts().handoffs.Add(1)
-		go c.flushLoop(done) // owned by the connection: ends when nothing is pending, or the connection fails
+		go c.flushLoop() // owned by the connection: ends when nothing is pending, or the connection fails; Close waits for it
 		return
 	}
 	w.flushing = false
@@ -310,29 +319,25 @@ func (c *clientConn) flushed() {
 
 // flushLoop is the background flusher: it writes what is pending, one
 // system call per round, until nothing is, or the connection fails.
-func (c *clientConn) flushLoop(done chan struct{}) {
-	defer close(done)
+func (c *clientConn) flushLoop() {
 	w := &c.w
 	w.mu.Lock()
-	for w.pending != nil && w.err == nil {
+	for w.pending != nil && !w.failed {
 		p := w.pending
 		w.pending = nil
 		w.broadcast() // room for whoever waits
 		bound := c.bound()
 		w.mu.Unlock()
-		err := c.writeOut(deadline(bound), *p)
+		err := c.writeOut(deadline(bound), p.b)
 		putPending(p)
 		if err != nil {
-			c.fail(err)
+			c.fail()
 			w.mu.Lock()
 			break
 		}
 		w.mu.Lock()
 	}
-	w.flushing = false
-	if w.flusher == done {
-		w.flusher = nil
-	}
+	w.flushing, w.background = false, false
 	w.broadcast()
 	w.mu.Unlock()
 }
@@ -367,12 +372,10 @@ func (c *clientConn) writeOut(by time.Time, bufs ...[]byte) error {
 // and after a partial write the stream is corrupt, so no later write may
 // follow it. The read loop then fails and the connection is torn down as
 // any other that ends.
-func (c *clientConn) fail(err error) {
+func (c *clientConn) fail() {
 	w := &c.w
 	w.mu.Lock()
-	if w.err == nil {
-		w.err = err
-	}
+	w.failed = true
 	if w.pending != nil {
 		putPending(w.pending)
 		w.pending = nil
@@ -398,16 +401,18 @@ func (c *clientConn) corkable(b []byte) bool {
 		// nothing it holds (it would wait for good): hold nothing.
 		return false
 	}
-	return w.pending == nil || c.now().Sub(w.corkedAt) < corkLinger
+	return w.pending == nil || c.now().Sub(w.pending.since) < corkLinger
 }
 
 // cork holds b for the read side (mu held).
 func (c *clientConn) cork(b []byte) {
 	w := &c.w
 	if w.pending == nil {
-		w.corkedAt = c.now()
+		w.appendPending(b)
+		w.pending.since = c.now()
+	} else {
+		w.appendPending(b)
 	}
-	w.appendPending(b)
 	c.counts().corked.Add(1)
 }
 
@@ -425,10 +430,10 @@ func (c *clientConn) uncork() {
 	w.flushing = true
 	bound := c.bound()
 	w.mu.Unlock()
-	err := c.writeOut(deadline(bound), *held)
+	err := c.writeOut(deadline(bound), held.b)
 	putPending(held)
 	if err != nil {
-		c.fail(err)
+		c.fail()
 		return
 	}
 	w.mu.Lock()
@@ -477,7 +482,7 @@ func (c *clientConn) drain() {
 	w.closing = true
 	w.broadcast()
 	bound := c.bound()
-	if w.err != nil || bound <= 0 {
+	if w.failed || bound <= 0 {
 		w.mu.Unlock()
 		return
 	}
@@ -487,18 +492,16 @@ func (c *clientConn) drain() {
 		w.pending = nil
 		w.flushing = true
 		w.mu.Unlock()
-		err := c.writeOut(by, *held)
+		err := c.writeOut(by, held.b)
 		putPending(held)
 		w.mu.Lock()
 		w.flushing = false
-		if err != nil && w.err == nil {
-			w.err = err
-		}
+		w.failed = w.failed || err != nil
 		w.broadcast()
 		w.mu.Unlock()
 		return
 	}
-	for w.flushing && w.err == nil {
+	for w.flushing && !w.failed {
 		ch := w.wakeCh()
 		w.mu.Unlock()
 		if !c.await(ch, by) {
@@ -532,8 +535,8 @@ func (c *clientConn) await(ch chan struct{}, by time.Time) bool {
 }
 
 func (w *connWriter) stopped() error {
-	if w.err != nil {
-		return w.err
+	if w.failed {
+		return errWriterFailed
 	}
 	if w.closing {
 		return net.ErrClosed
@@ -545,7 +548,7 @@ func (w *connWriter) pendingLen() int {
 	if w.pending == nil {
 		return 0
 	}
-	return len(*w.pending)
+	return len(w.pending.b)
 }
 
 // appendPending copies p into the pending buffer, moving it to a larger
@@ -554,13 +557,14 @@ func (w *connWriter) appendPending(p []byte) {
 	switch {
 	case w.pending == nil:
 		w.pending = getPending(len(p))
-	case len(*w.pending)+len(p) > cap(*w.pending):
-		np := getPending(len(*w.pending) + len(p))
-		*np = append(*np, *w.pending...)
+	case len(w.pending.b)+len(p) > cap(w.pending.b):
+		np := getPending(len(w.pending.b) + len(p))
+		np.b = append(np.b, w.pending.b...)
+		np.since = w.pending.since
 		putPending(w.pending)
 		w.pending = np
 	}
-	*w.pending = append(*w.pending, p...)
+	w.pending.b = append(w.pending.b, p...)
 }
 
 // passTurn gives the next waiting writer its turn, if this one had one.

@@ -495,7 +495,7 @@ func TestInvariant13_IdleConnectionHoldsNoWriteBuffer(t *testing.T) {
 	close(cc.gate)
 	for {
 		c.w.mu.Lock()
-		idle := !c.w.flushing && c.w.pending == nil && c.w.flusher == nil
+		idle := !c.w.flushing && c.w.pending == nil && !c.w.background
 		c.w.mu.Unlock()
 		if idle {
 			break
