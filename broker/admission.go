@@ -46,6 +46,8 @@ type gate struct {
 
 	pub         publishBudgets
 	refusedRate atomic.Int64 // publishes refused for rate (saguin_publish_refused_total{reason="publish rate exceeded"})
+
+	writes writerCounts // what the connection writers did (conn_writer.go)
 }
 
 type waiter struct{ granted chan struct{} } // closed when a slot is handed over
@@ -135,6 +137,9 @@ type admitListener struct {
 	// client reconnecting in a loop is not a line per attempt).
 	refusals *logging.RefusalLog
 	pace     *tokenBucket // nil: max_connect_rate none
+	// now is the broker's clock; the writer's hold on answers is timed by
+	// it (conn_writer.go corkLinger). nil: the wall clock.
+	now func() time.Time
 
 	mu      sync.Mutex
 	pending map[*clientConn]struct{} // sockets that have not finished their CONNECT
@@ -149,7 +154,7 @@ func (b *Broker) admitListener(ln net.Listener) net.Listener {
 		b.gate = newGate(b.cfg.Broker.Limits)
 	}
 	lim := b.cfg.Broker.Limits
-	l := &admitListener{Listener: ln, g: b.gate, lim: lim, log: b.log, refusals: b.refusals,
+	l := &admitListener{Listener: ln, g: b.gate, lim: lim, log: b.log, refusals: b.refusals, now: b.clock.Now,
 		pending: make(map[*clientConn]struct{}), done: make(chan struct{})}
 	if lim.MaxConnectRate > 0 {
 		// Bursts up to twice the rate (RFC 0002 §1.5).
@@ -191,7 +196,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			continue
 		}
 		now := time.Now()
-		cc := &clientConn{Conn: c, l: l, accepted: now, connectBy: now.Add(l.lim.ConnectTimeout),
+		cc := &clientConn{Conn: c, l: l, connectBy: now.Add(l.lim.ConnectTimeout),
 			writeTimeout: l.lim.WriteTimeout, closedCh: make(chan struct{}), waiter: w,
 			fr: framer{connectLimit: l.lim.MaxConnectSize, packetLimit: l.lim.MaxMessageSize}}
 		cc.state = stateSlot
@@ -279,12 +284,12 @@ const (
 
 // clientConn is one client socket: it follows the client's framing to
 // refuse oversized packets before they are read (admission_frame.go),
-// bounds the CONNECT by connect_timeout, every write by write_timeout, and
-// holds the socket's slot until its end is decided.
+// bounds the CONNECT by connect_timeout, writes what every writer hands it
+// through one combining writer bounded by write_timeout (conn_writer.go),
+// and holds the socket's slot until its end is decided.
 type clientConn struct {
 	net.Conn
 	l            *admitListener
-	accepted     time.Time
 	connectBy    time.Time
 	writeTimeout time.Duration // 0: write_timeout none
 	waiter       *waiter       // the overflow place's turn in line; set at accept, never changed
@@ -292,14 +297,25 @@ type clientConn struct {
 	smu   sync.Mutex
 	state int
 
-	wmu sync.Mutex // one write at a time: a refusal lands between packets
+	// w is the writing half (conn_writer.go): every byte to the client,
+	// the door's refusals too, goes through it, so a refusal lands between
+	// whole packets.
+	w connWriter
 	// span is the keep-alive read span the substrate last set: with
 	// write_timeout none it bounds each write instead (rfcs/limits.md).
 	span atomic.Int64
+	// readAhead: the client's next bytes are already read, so the
+	// substrate's read loop handles them without waiting on the socket
+	// (the writer then holds its answers: conn_writer.go).
+	readAhead atomic.Bool
 
 	connected atomic.Bool // the whole CONNECT has been read
 	closeOnce sync.Once
-	closedCh  chan struct{}
+	// ending: the substrate began this connection's end (OnDisconnect).
+	// (Beside closeOnce, whose padding it fills: every connection carries
+	// these fields.)
+	ending   atomic.Bool
+	closedCh chan struct{}
 
 	// Read side: only the substrate's reader calls Read.
 	fr       framer
@@ -310,8 +326,6 @@ type clientConn struct {
 	// CONNECT hook on: what a panic on this connection's goroutine
 	// (listener.go) must leave consistent.
 	client atomic.Pointer[mqtt.Client]
-	// ending: the substrate began this connection's end (OnDisconnect).
-	ending atomic.Bool
 	// afterServed is what must wait until the substrate has done with the
 	// connection — its goroutine has returned (listener.go): the release of
 	// the client id's claim a teardown took (ownership.go).
@@ -353,7 +367,33 @@ func (c *clientConn) letGo() {
 	c.state = stateNone
 }
 
+// Close ends the connection: what writers were told is accepted (a
+// DISCONNECT behind a running flush, answers held for the read side) is
+// written first, within the connection's write bound (conn_writer.go
+// drain), then the socket is closed. A background flusher has ended when
+// Close returns.
 func (c *clientConn) Close() error {
+	c.drain()
+	err := c.shut()
+	c.w.mu.Lock()
+	for c.w.background {
+		// Its socket is closed: its write returns at once.
+		ch := c.w.wakeCh()
+		c.w.mu.Unlock()
+		<-ch
+		c.w.mu.Lock()
+	}
+	c.w.mu.Unlock()
+	return err
+}
+
+// shut closes the socket and gives back the gate's slot, once; from here no
+// Write is accepted.
+func (c *clientConn) shut() error {
+	c.w.mu.Lock()
+	c.w.closing = true
+	c.w.broadcast()
+	c.w.mu.Unlock()
 	err := net.ErrClosed
 	c.closeOnce.Do(func() {
 		close(c.closedCh)
@@ -368,6 +408,15 @@ func (c *clientConn) Close() error {
 // (admission_frame.go): a packet is read and held until the framer has
 // judged it, and a refused one is answered here and never handed on.
 func (c *clientConn) Read(p []byte) (int, error) {
+	n, err := c.read(p)
+	// What the framer still holds is the client's next packet (or part of
+	// it): the substrate handles it without waiting on the socket, so its
+	// answer to this one may wait for the answer to that one.
+	c.readAhead.Store(err == nil && len(c.fr.buf) > 0)
+	return n, err
+}
+
+func (c *clientConn) read(p []byte) (int, error) {
 	if c.mustWait {
 		c.mustWait = false
 		if err := c.awaitSlot(); err != nil {
@@ -384,6 +433,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		}
 		if f.pass > 0 && len(f.buf) == 0 {
 			// A judged PUBLISH's payload: straight through, unheld.
+			c.toSocket()
 			n, err := c.Conn.Read(p[:min(len(p), f.pass)])
 			f.pass -= n
 			return n, err
@@ -404,6 +454,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 				return 0, c.rerr
 			}
 			f.grow(j.need)
+			c.toSocket()
 			n, err := c.Conn.Read(f.buf[len(f.buf):cap(f.buf)])
 			f.buf = f.buf[:len(f.buf)+n]
 			if err != nil {
@@ -416,6 +467,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		}
 		// Nothing held: read into p and judge the packet there, so a packet
 		// that arrived whole in one read is handed on without a copy.
+		c.toSocket()
 		n, err := c.Conn.Read(p)
 		if n == 0 {
 			return 0, err
@@ -479,10 +531,7 @@ func (c *clientConn) refuse(t byte, r *refusal) error {
 	answer := answerFor(r, connect, &c.fr.st)
 	c.letGo()
 	if answer != nil {
-		c.wmu.Lock()
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.boundOr(5 * time.Second)))
-		_, _ = c.Conn.Write(answer)
-		c.wmu.Unlock()
+		_, _ = c.write(answer, c.boundOr(5*time.Second))
 	}
 	answered := "closed"
 	switch {
@@ -533,15 +582,12 @@ func (c *clientConn) awaitSlot() error {
 	_ = c.Conn.SetReadDeadline(by)
 	version := readConnectOpening(c.Conn)
 	c.letGo()
-	c.wmu.Lock()
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(unadmittedWithin))
 	switch version {
 	case 5:
-		_, _ = c.Conn.Write([]byte{0x20, 3, 0, 0x89, 0}) // CONNACK 0x89 Server busy
+		_, _ = c.write([]byte{0x20, 3, 0, 0x89, 0}, unadmittedWithin) // CONNACK 0x89 Server busy
 	case 3, 4:
-		_, _ = c.Conn.Write([]byte{0x20, 2, 0, 0x03}) // CONNACK 0x03 Server unavailable
+		_, _ = c.write([]byte{0x20, 2, 0, 0x03}, unadmittedWithin) // CONNACK 0x03 Server unavailable
 	}
-	c.wmu.Unlock()
 	c.refused(refuseConnect, 0x89, "connection refused: limits.max_connections reached", "remote", c.RemoteAddr().String())
 	_ = c.Close()
 	return errServerBusy
@@ -610,10 +656,7 @@ func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 	}
 	c.letGo()
 	if answer != nil {
-		c.wmu.Lock()
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.boundOr(5 * time.Second)))
-		_, _ = c.Conn.Write(answer)
-		c.wmu.Unlock()
+		_, _ = c.write(answer, c.boundOr(5*time.Second))
 	}
 	key := "limits.max_message_size"
 	if over.connect {
@@ -646,36 +689,6 @@ func (c *clientConn) boundOr(d time.Duration) time.Duration {
 		return c.writeTimeout
 	}
 	return d
-}
-
-func (c *clientConn) Write(b []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if endsConnection(b) {
-		c.letGo()
-	}
-	// invariant 16: every write to a client is bounded by write_timeout;
-	// with write_timeout none, by the client's keep-alive span.
-	var by time.Time
-	if c.writeTimeout > 0 {
-		by = time.Now().Add(c.writeTimeout)
-	} else if s := c.span.Load(); s > 0 {
-		by = time.Now().Add(time.Duration(s))
-	}
-	if err := c.Conn.SetWriteDeadline(by); err != nil {
-		return 0, err
-	}
-	n, err := c.Conn.Write(b)
-	if err != nil {
-		// A client that did not take a write in time is disconnected
-		// (invariant 16). Closing here is what does it whoever wrote: the
-		// substrate's own writers only log a failed write and go on, and
-		// after a partial write the stream is corrupt, so no later write
-		// may follow it. The read loop then fails and the connection is
-		// torn down as any other that ends.
-		_ = c.Close()
-	}
-	return n, err
 }
 
 // SetDeadline is called by the substrate to arm the keepalive read

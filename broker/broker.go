@@ -489,7 +489,7 @@ func (b *Broker) stopListenerClients(string) {
 	case <-grace.C:
 	}
 	for _, cl := range clients {
-		cl.Stop(packets.ErrServerShuttingDown)
+		cutConnection(cl, packets.ErrServerShuttingDown)
 	}
 	<-written
 }

@@ -383,6 +383,20 @@ func (d *deliveries) resume(b *Broker, cl *mqtt.Client) {
 	}
 }
 
+// writeAnswers writes a connection's answers to its own publishes (PUBACKs
+// already encoded, rfcs/pipelined-publish.md) to cl in one write. They are
+// no delivery — no packet identifier of the session's — so they go to the
+// connection whatever session it serves, through the same connection writer
+// (clientConn.Write: serialised with every other write, bounded by
+// limits.write_timeout, invariant 16), with no lock held.
+func writeAnswers(cl *mqtt.Client, p []byte) error {
+	if cl.Closed() || cl.Net.Conn == nil {
+		return mqtt.ErrConnectionClosed
+	}
+	_, err := cl.Net.Conn.Write(p)
+	return err
+}
+
 // write writes bytes already encoded to cl in one write, if cl is the
 // connection served: the connection's writer (clientConn.Write) serialises
 // it with every other write to the socket and bounds it by
@@ -432,7 +446,7 @@ func (d *deliveries) stopWriting(stopped <-chan struct{}) {
 			// invariant 16: a stop waiting on a write a client is holding
 			// cuts it, so neither a takeover nor a shutdown waits for good.
 			cut = true
-			cl.Stop(errStopCut)
+			cutConnection(cl, errStopCut)
 		}
 		<-done
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"log/slog"
 	"strings"
 	"sync"
@@ -291,11 +292,25 @@ func (in *inbound) push(e inEntry) {
 // run answers the entries in order until none is owed. It is the only
 // goroutine that takes from the queue, and it ends when the queue is
 // empty (a later publish starts another).
+//
+// Answers whose outcome is already known leave together (issue 13 item
+// 2): the PUBACKs of consecutive entries that are ready — a group commit
+// returns many at once — are gathered and written in one Write, before
+// run waits on an entry that is not ready and before it ends. At most
+// answerBatchBytes are gathered (invariant 13).
 func (in *inbound) run() {
 	defer in.b.wg.Done()
+	var acks bytes.Buffer
 	for {
 		in.mu.Lock()
 		if in.head == len(in.q) {
+			if acks.Len() > 0 {
+				// Written before running is given up, so a run started
+				// for a later publish writes after these.
+				in.mu.Unlock()
+				in.writeAnswers(&acks)
+				continue
+			}
 			clear(in.q)
 			in.q, in.head = in.q[:0], 0
 			if cap(in.q) > idleEntries {
@@ -307,6 +322,9 @@ func (in *inbound) run() {
 		}
 		e := in.q[in.head]
 		in.mu.Unlock()
+		if acks.Len() > 0 && !e.ready() {
+			in.writeAnswers(&acks)
+		}
 		code, refused := in.outcome(&e)
 		in.mu.Lock()
 		if e.qos > 0 {
@@ -316,7 +334,10 @@ func (in *inbound) run() {
 			in.acks--
 		}
 		in.mu.Unlock()
-		in.answer(&e, code, refused)
+		in.answer(&acks, &e, code, refused)
+		if acks.Len() >= answerBatchBytes {
+			in.writeAnswers(&acks)
+		}
 		in.mu.Lock()
 		in.q[in.head] = inEntry{}
 		in.head++
@@ -325,6 +346,24 @@ func (in *inbound) run() {
 			in.left.Broadcast()
 		}
 		in.mu.Unlock()
+	}
+}
+
+// answerBatchBytes bounds the PUBACKs gathered for one write: about a
+// thousand, well inside the connection writer's 64 KiB pending bound
+// (rfcs/connection-writer.md).
+const answerBatchBytes = 4 << 10
+
+// ready reports whether the entry's outcome is known without waiting.
+func (e *inEntry) ready() bool {
+	if e.pend == nil {
+		return true
+	}
+	select {
+	case <-e.pend.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -354,31 +393,49 @@ func (in *inbound) outcome(e *inEntry) (packets.Code, bool) {
 	return e.code, e.refused
 }
 
-// answer writes the entry's answer to the connection: a PUBACK (its code
-// a refusal's when refused), nothing at QoS 0, and for a 3.1.1 client,
-// which has no reason codes, a close instead of a refusing PUBACK (RFC
-// 0002 §3.3, as refuse). Written through the substrate's client, as its
-// own acknowledgements are, so it leaves between whole packets. A write
-// that fails (the connection closed) loses nothing stored: the client
-// sends the publish again on its next connection.
-func (in *inbound) answer(e *inEntry, code packets.Code, refused bool) {
+// answer adds the entry's answer to acks: a PUBACK (its code a
+// refusal's when refused), nothing at QoS 0. A 3.1.1 client, which has no
+// reason codes, is closed instead of sent a refusing PUBACK (RFC 0002
+// §3.3, as refuse), after the answers before it are written.
+func (in *inbound) answer(acks *bytes.Buffer, e *inEntry, code packets.Code, refused bool) {
 	if e.qos == 0 {
 		return
 	}
 	cl := in.cl
 	if refused && cl.Properties.ProtocolVersion < 5 {
+		in.writeAnswers(acks)
 		cl.Stop(code)
 		return
 	}
 	ack := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Puback},
-		PacketID:    e.pid,
-		ReasonCode:  code.Code,
+		FixedHeader:     packets.FixedHeader{Type: packets.Puback},
+		ProtocolVersion: cl.Properties.ProtocolVersion,
+		PacketID:        e.pid,
+		ReasonCode:      code.Code,
 	}
 	if code.Code >= packets.ErrUnspecifiedError.Code {
 		ack.Properties.ReasonString = code.Reason
 	}
-	_ = cl.WritePacket(ack)
+	// What the substrate's WritePacket did for each answer: the reason
+	// string left out past the client's Maximum Packet Size, and when it
+	// asked for no problem information (MQTT 5 §3.1.2.11.7, §3.4.2.2.2).
+	ack.Mods.MaxSize = cl.Properties.Props.MaximumPacketSize
+	ack.Mods.DisallowProblemInfo = cl.Properties.Props.RequestProblemInfoFlag && cl.Properties.Props.RequestProblemInfo == 0
+	start := acks.Len()
+	if err := ack.PubackEncode(acks); err != nil {
+		acks.Truncate(start)
+	}
+}
+
+// writeAnswers writes the gathered PUBACKs in one Write and empties acks.
+// A write that fails (the connection closed) loses nothing stored: the
+// client sends the publishes again on its next connection.
+func (in *inbound) writeAnswers(acks *bytes.Buffer) {
+	if acks.Len() == 0 {
+		return
+	}
+	_ = writeAnswers(in.cl, acks.Bytes())
+	acks.Reset()
 }
 
 // usage reports what the pipeline holds (tests).

@@ -19,12 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"saguin.dev/broker"
 	"saguin.dev/broker/brokertest"
 )
 
 const benchRun = 5 * time.Second
 
-func benchBroker(b testing.TB, storage string) string {
+func benchBroker(b testing.TB, storage string) *brokertest.Broker {
 	dir := b.TempDir()
 	body, err := saguinConfigWith(storage, dir, "max_connections: 20000\n    max_connect_rate: none")
 	if err != nil {
@@ -37,7 +38,21 @@ func benchBroker(b testing.TB, storage string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return brokertest.Start(b, cfg).Address()
+	return brokertest.Start(b, cfg)
+}
+
+// reportWrites adds what the broker's connection writers did during a run:
+// how many Writes each socket write carried, and the share of them held
+// for the read side (broker/conn_writer.go).
+func reportWrites(b *testing.B, br *brokertest.Broker, before broker.WriterStats) {
+	after := br.WriterStats()
+	writes, socket := after.Writes-before.Writes, after.SocketWrites-before.SocketWrites
+	if socket > 0 {
+		b.ReportMetric(float64(writes)/float64(socket), "writes/syscall")
+	}
+	if writes > 0 {
+		b.ReportMetric(float64(after.Corked-before.Corked)/float64(writes), "held/write")
+	}
 }
 
 // asLoad runs f with the label side=load on it and every goroutine it
@@ -46,33 +61,45 @@ func asLoad(f func(ctx context.Context)) {
 	pprof.Do(context.Background(), pprof.Labels("side", "load"), f)
 }
 
-func benchPublish(b *testing.B, storage string, qos byte, subscribe bool, topic string) {
-	addr := benchBroker(b, storage)
+func benchPublish(b *testing.B, storage string, qos byte, subscribe bool, topic string, pubs, window int) {
+	br := benchBroker(b, storage)
+	addr := br.Address()
 	for i := range b.N {
 		var res tpubResult
 		var err error
+		before := br.WriterStats()
 		asLoad(func(ctx context.Context) {
 			res, err = tpublish(ctx, tpubConfig{addr: addr, version: mqtt5, ids: fmt.Sprintf("b%d", i), topic: fmt.Sprintf("%s/%d", topic, i),
-				pubs: 64, window: 1, qos: qos, duration: benchRun, subscribe: subscribe, maxLag: 250, payload: 128, ackTimeout: 10 * time.Second})
+				pubs: pubs, window: window, qos: qos, duration: benchRun, subscribe: subscribe, maxLag: 250, payload: 128, ackTimeout: 10 * time.Second})
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(res.rate(subscribe), "msgs/s")
+		reportWrites(b, br, before)
 	}
 }
 
-func BenchmarkTableBroadcast(b *testing.B) { benchPublish(b, "memory", 1, true, "bench/b") }
-func BenchmarkTableQoS0(b *testing.B)      { benchPublish(b, "memory", 0, true, "bench/q0") }
+func BenchmarkTableBroadcast(b *testing.B) { benchPublish(b, "memory", 1, true, "bench/b", 64, 1) }
+func BenchmarkTableQoS0(b *testing.B)      { benchPublish(b, "memory", 0, true, "bench/q0", 64, 1) }
 func BenchmarkTableAppendSqlite(b *testing.B) {
-	benchPublish(b, "sqlite", 1, false, "events/b")
+	benchPublish(b, "sqlite", 1, false, "events/b", 64, 1)
+}
+
+// The deep-window shape (issue 13): a gateway or bridge pushing 8
+// connections with 64 QoS 1 publishes in flight each.
+func BenchmarkTableBroadcastDeep(b *testing.B) { benchPublish(b, "memory", 1, true, "bench/d", 8, 64) }
+func BenchmarkTableAppendSqliteDeep(b *testing.B) {
+	benchPublish(b, "sqlite", 1, false, "events/d", 8, 64)
 }
 
 func BenchmarkTableFanOut(b *testing.B) {
-	addr := benchBroker(b, "memory")
+	br := benchBroker(b, "memory")
+	addr := br.Address()
 	for i := range b.N {
 		var res tfanResult
 		var err error
+		before := br.WriterStats()
 		asLoad(func(ctx context.Context) {
 			res, err = tfanout(ctx, tfanConfig{addr: addr, version: mqtt5, ids: fmt.Sprintf("f%d", i), topic: fmt.Sprintf("bench/f/%d", i),
 				subscribers: 50, subQoS: 1, window: 8, maxLag: 250, duration: benchRun, payload: 128, ackTimeout: 10 * time.Second})
@@ -82,6 +109,7 @@ func BenchmarkTableFanOut(b *testing.B) {
 		}
 		b.ReportMetric(float64(res.delivered)/res.last.Seconds(), "deliveries/s")
 		b.ReportMetric(res.p99.Seconds()*1000, "p99-ms")
+		reportWrites(b, br, before)
 	}
 }
 
@@ -89,7 +117,7 @@ func BenchmarkTableFanOut(b *testing.B) {
 // a heap profile with all of them held to $SAGUIN_BENCH_HEAP (when set):
 // what an idle connection costs the broker, by allocation site.
 func BenchmarkTableIdleConnections(b *testing.B) {
-	addr := benchBroker(b, "memory")
+	addr := benchBroker(b, "memory").Address()
 	const n = 2000
 	if _, err := raiseFileLimit(n + fdHeadroom); err != nil {
 		b.Fatal(err)

@@ -183,7 +183,7 @@ func newTestReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
 func TestTableChannelsOnSaguin(t *testing.T) {
 	for _, storage := range []string{"memory", "sqlite"} {
 		t.Run(storage, func(t *testing.T) {
-			addr := benchBroker(t, storage)
+			addr := benchBroker(t, storage).Address()
 			ctx := t.Context()
 			res, err := tpublish(ctx, tpubConfig{addr: addr, version: mqtt5, ids: "app", topic: "events/t", pubs: 4, window: 1, qos: 1,
 				duration: 300 * time.Millisecond, payload: 64, ackTimeout: 5 * time.Second})
