@@ -65,4 +65,7 @@ type pausePoints struct {
 	// afterRetainStored: a retained broadcast publish is in the retained
 	// store and not yet fanned out.
 	afterRetainStored pausePoint
+	// subscribeAtOrder: a SUBSCRIBE has reached the broker and is about
+	// to take retainedOrder for a broadcast filter.
+	subscribeAtOrder pausePoint
 }

@@ -29,3 +29,12 @@ func (b *Broker) PauseBeforeRetainedPass() (reached <-chan struct{}, release fun
 func (b *Broker) PauseAfterRetainStored() (reached <-chan struct{}, release func()) {
 	return pauseOnce(&b.pauses.afterRetainStored)
 }
+
+// NotifySubscribeAtOrder signals when the next SUBSCRIBE of a broadcast
+// filter has reached the broker and is about to take the retained order,
+// without holding it (tests only).
+func (b *Broker) NotifySubscribeAtOrder() (reached <-chan struct{}) {
+	r, release := pauseOnce(&b.pauses.subscribeAtOrder)
+	release()
+	return r
+}

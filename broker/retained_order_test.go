@@ -19,18 +19,23 @@ import (
 // retainedCopies reads the subscriber's packets until it has seen both the
 // SUBACK of the barrier SUBSCRIBE (id 2, sent after the first one's, so the
 // first one's retained pass — written on the same connection's goroutine
-// before the next packet is read — is all before it) and the live marker
-// (published after the message, so any live copy of the message, queued
-// to the same outbox first, is before it). It returns how many copies of
-// payload came with RETAIN set and how many without.
-func retainedCopies(t *testing.T, sub *brokertest.RawClient, payload string) (retained, live int) {
+// before the next packet is read — is all before it) and the live marker,
+// which atBarrier publishes once that SUBACK is read: only then is the
+// first subscription certainly made, so the marker is certainly delivered
+// to it, and any live copy of the message, queued to the same outbox
+// first, is before it. It returns how many copies of payload came with
+// RETAIN set and how many without.
+func retainedCopies(t *testing.T, sub *brokertest.RawClient, payload string, atBarrier func()) (retained, live int) {
 	t.Helper()
 	barrier, marker := false, false
 	for !barrier || !marker {
 		pk := sub.Read()
 		switch pk.FixedHeader.Type {
 		case packets.Suback:
-			barrier = barrier || pk.PacketID == 2
+			if pk.PacketID == 2 && !barrier {
+				barrier = true
+				atBarrier()
+			}
 		case packets.Publish:
 			if pk.FixedHeader.Qos > 0 {
 				sub.Puback(pk.PacketID)
@@ -74,8 +79,7 @@ func TestRetainedPublishAfterTheSubscriptionArrivesOnceLive(t *testing.T) {
 	}
 	release()
 	sub.SendSubscribe(2, packets.Subscription{Filter: "barrier/#", Qos: 1})
-	publishMarker(t, pub)
-	if retained, live := retainedCopies(t, sub, "on"); retained != 0 || live != 1 {
+	if retained, live := retainedCopies(t, sub, "on", func() { publishMarker(t, pub) }); retained != 0 || live != 1 {
 		t.Fatalf("the publish made after the subscription arrived %d times with RETAIN and %d times live, want once live",
 			retained, live)
 	}
@@ -100,14 +104,18 @@ func TestRetainedPublishStoredBeforeTheSubscriptionArrivesOnceRetained(t *testin
 		published <- resp.ReasonCode
 	}()
 	<-reached
+	arrived := b.NotifySubscribeAtOrder()
 	sub.SendSubscribe(1, packets.Subscription{Filter: "status/#", Qos: 1})
+	// Released only once the SUBSCRIBE has reached the broker: it arrives
+	// while the value is stored and not yet fanned out, which is the case
+	// under test (released earlier, the publish may be fanned out first).
+	<-arrived
 	release()
 	if code := <-published; code != 0 {
 		t.Fatalf("retained publish: 0x%02x", code)
 	}
 	sub.SendSubscribe(2, packets.Subscription{Filter: "barrier/#", Qos: 1})
-	publishMarker(t, pub)
-	if retained, live := retainedCopies(t, sub, "on"); retained != 1 || live != 0 {
+	if retained, live := retainedCopies(t, sub, "on", func() { publishMarker(t, pub) }); retained != 1 || live != 0 {
 		t.Fatalf("the publish stored before the subscription arrived %d times with RETAIN and %d times live, want once retained",
 			retained, live)
 	}

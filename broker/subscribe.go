@@ -199,6 +199,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		// ignored). The subscription is made and its retained values read
 		// as one step among retained publishes (retained_order.go), so each
 		// such publish reaches it once: in the pass, or live.
+		b.pauses.subscribeAtOrder.at()
 		b.retainedOrder.Lock()
 		isNew := b.mqtt.Topics.Subscribe(cl.ID, f)
 		cl.State.Subscriptions.Add(f.Filter, f)
