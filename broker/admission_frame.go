@@ -191,11 +191,10 @@ func (f *framer) take(p []byte) int {
 	return n
 }
 
-// endsConnection reports whether b, which holds whole packets (every writer
-// hands a connection whole packets), carries a refusing CONNACK or a
-// DISCONNECT: the end of the connection is then decided, and its slot is
-// let go before the answer is written (RFC 0002 §1.5 connection admission).
-func endsConnection(b []byte) bool {
+// anyPacket reports whether f holds for a packet of b, which holds whole
+// packets (every writer hands a connection whole packets): f is given the
+// packet's type and the offset where its variable header begins.
+func anyPacket(b []byte, f func(typ byte, body int) bool) bool {
 	for i := 0; i < len(b); {
 		typ := b[i] >> 4
 		length, mul, j := 0, 1, i+1
@@ -207,15 +206,22 @@ func endsConnection(b []byte) bool {
 			}
 		}
 		body := j + 1
-		switch {
-		case typ == 14:
-			return true
-		case typ == 2 && body+1 < len(b) && b[body+1] != 0:
+		if f(typ, body) {
 			return true
 		}
 		i = body + length
 	}
 	return false
+}
+
+// endsConnection reports whether b, whole packets, carries a refusing
+// CONNACK or a DISCONNECT: the end of the connection is then decided, and
+// its slot is let go before the answer is written (RFC 0002 §1.5
+// connection admission).
+func endsConnection(b []byte) bool {
+	return anyPacket(b, func(typ byte, body int) bool {
+		return typ == 14 || typ == 2 && body+1 < len(b) && b[body+1] != 0
+	})
 }
 
 // connectVersion reads the protocol level from a CONNECT's opening bytes:

@@ -453,23 +453,13 @@ func (c *clientConn) toSocket() {
 // answersOnly reports whether b holds only packets the substrate's read
 // loop writes in answer to a client's packet.
 func answersOnly(b []byte) bool {
-	for i := 0; i < len(b); {
-		switch b[i] >> 4 {
+	return !anyPacket(b, func(typ byte, _ int) bool {
+		switch typ {
 		case 4, 5, 6, 7, 9, 11, 13: // PUBACK PUBREC PUBREL PUBCOMP SUBACK UNSUBACK PINGRESP
-		default:
 			return false
 		}
-		length, mul, j := 0, 1, i+1
-		for ; j < len(b) && j < i+5; j++ {
-			length += int(b[j]&127) * mul
-			mul *= 128
-			if b[j]&128 == 0 {
-				break
-			}
-		}
-		i = j + 1 + length
-	}
-	return true
+		return true
+	})
 }
 
 // drain is Close's first half: no Write is accepted from here, waiting
