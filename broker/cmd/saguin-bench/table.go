@@ -78,24 +78,28 @@ type tcell struct {
 
 // Table rows.
 const (
-	rowBroadcast  = "QoS 1 publish, broadcast, msgs/s"
-	rowAppendMem  = "QoS 1 publish, append on memory, msgs/s"
-	rowAppendSql  = "QoS 1 publish, append on sqlite, msgs/s"
-	rowQoS0       = "QoS 0 publish, delivered msgs/s"
-	rowFanRate    = "fan-out 1 -> N, delivered/s"
-	rowFanP50     = "fan-out 1 -> N, end-to-end p50, ms"
-	rowFanP99     = "fan-out 1 -> N, end-to-end p99, ms"
-	rowQueueMem   = "queue cycle on memory, jobs/s"
-	rowQueueSql   = "queue cycle on sqlite, jobs/s"
-	rowReplayMem  = "replay on memory, records/s"
-	rowReplaySql  = "replay on sqlite, records/s"
-	rowStartup    = "start-up over the sqlite records, s"
-	rowDeafLive   = "QoS 1 publishes, subscriber keeping up: last PUBACK, s"
-	rowDeafAck    = "QoS 1 publishes, subscribers not reading: last PUBACK, s"
-	rowDeafGone0  = "QoS 0 subscriber not reading: disconnected?"
-	rowDeafGone1  = "QoS 1 subscriber not reading: disconnected?"
-	rowStormTime  = "connection storm of %s: all CONNACKs, s"
-	rowStormBytes = "connection storm of %s: RSS per connection, KiB"
+	rowBroadcast = "QoS 1 publish, broadcast, msgs/s"
+	rowAppendMem = "QoS 1 publish, append on memory, msgs/s"
+	rowAppendSql = "QoS 1 publish, append on sqlite, msgs/s"
+	// The deep-window shape (issue 13): a gateway or bridge, few
+	// connections with many publishes in flight each.
+	rowBroadcastDeep = "QoS 1 publish, deep windows, broadcast, msgs/s"
+	rowAppendSqlDeep = "QoS 1 publish, deep windows, append on sqlite, msgs/s"
+	rowQoS0          = "QoS 0 publish, delivered msgs/s"
+	rowFanRate       = "fan-out 1 -> N, delivered/s"
+	rowFanP50        = "fan-out 1 -> N, end-to-end p50, ms"
+	rowFanP99        = "fan-out 1 -> N, end-to-end p99, ms"
+	rowQueueMem      = "queue cycle on memory, jobs/s"
+	rowQueueSql      = "queue cycle on sqlite, jobs/s"
+	rowReplayMem     = "replay on memory, records/s"
+	rowReplaySql     = "replay on sqlite, records/s"
+	rowStartup       = "start-up over the sqlite records, s"
+	rowDeafLive      = "QoS 1 publishes, subscriber keeping up: last PUBACK, s"
+	rowDeafAck       = "QoS 1 publishes, subscribers not reading: last PUBACK, s"
+	rowDeafGone0     = "QoS 0 subscriber not reading: disconnected?"
+	rowDeafGone1     = "QoS 1 subscriber not reading: disconnected?"
+	rowStormTime     = "connection storm of %s: all CONNACKs, s"
+	rowStormBytes    = "connection storm of %s: RSS per connection, KiB"
 )
 
 // lowerBetter says how a row's ratio reads: times and memory.
@@ -227,6 +231,22 @@ func (b *bench) runTableSaguin(ctx context.Context, bin string) {
 			}
 		}
 		b.record(t, appendRow, tcell{v: res.rate(false)}, b.withExit(p, err))
+		if storage == "sqlite" && ctx.Err() == nil {
+			// The deep-window shape, where a commit that held one record per
+			// connection was the limit (issue 13).
+			sh, dtag := b.tableDeep(), runTag()
+			res, err := tpublish(ctx, tpubConfig{addr: p.addr, version: mqtt5, ids: "appd-" + dtag, topic: "events/" + dtag,
+				pubs: sh.pubs, window: sh.window, qos: 1, duration: b.o.duration, payload: b.o.payload, ackTimeout: b.o.ackTimeout})
+			if err == nil {
+				var took time.Duration
+				took, err = treadBack(ctx, p.addr, "readback-"+dtag, "events/"+dtag+"/#", sh.pubs, res.acked, b.o.ackTimeout)
+				if err == nil {
+					b.progress("saguin, append on sqlite, %s: %s msgs/s (%s acknowledged; all read back, in order, once each, at %s records/s)",
+						sh, commas(res.rate(false)), commas(float64(res.acked)), commas(float64(res.acked)/took.Seconds()))
+				}
+			}
+			b.record(t, rowAppendSqlDeep, tcell{v: res.rate(false)}, b.withExit(p, err))
+		}
 		if ctx.Err() == nil {
 			q, err := tqueue(ctx, p.addr, "q-"+tag, 8, 8, b.o.queueWorkers, b.o.duration, b.o.payload, b.o.ackTimeout)
 			rate := float64(q.jobs) / q.elapsed.Seconds()
@@ -240,6 +260,15 @@ func (b *bench) runTableSaguin(ctx context.Context, bin string) {
 			b.results.saguinError("table, saguin "+storage+": shutdown", err)
 		}
 	}
+}
+
+// tableDeep is the table's deep-window shape: the first -deep-windows
+// shape, or 8 publishers x 64 in flight.
+func (b *bench) tableDeep() shape {
+	if len(b.o.deep) > 0 {
+		return b.o.deep[0]
+	}
+	return shape{8, 64}
 }
 
 func maxStorm(storms []int) int {
@@ -332,40 +361,46 @@ func (b *bench) runTableOn(ctx context.Context, t tableTarget) {
 	defer tp.stop()
 	tag := runTag()
 	try := 0
-	pub := func(qos byte, subQoS0 bool, maxLag int) (tpubResult, error) {
+	pub := func(sh shape, qos byte, subQoS0 bool, maxLag int) (tpubResult, error) {
 		p, err := tp.get()
 		if err != nil {
 			return tpubResult{}, err
 		}
 		try++
 		res, err := tpublish(ctx, tpubConfig{addr: p.addr, version: t.version, ids: fmt.Sprintf("q%d-%s-%d", qos, tag, try), topic: fmt.Sprintf("bench/q%d-%s-%d", qos, tag, try),
-			pubs: b.o.inFlight, window: 1, qos: qos, duration: b.o.duration, subscribe: true, subQoS0: subQoS0, maxLag: maxLag,
+			pubs: sh.pubs, window: sh.window, qos: qos, duration: b.o.duration, subscribe: true, subQoS0: subQoS0, maxLag: maxLag,
 			payload: b.o.payload, ackTimeout: b.o.ackTimeout})
 		return res, tp.done(err)
 	}
 	lag := int(b.o.maxLag)
-	res, err := pub(1, false, lag)
-	note := ""
-	if err != nil && !t.saguin && ctx.Err() == nil && lag > mosquittoFallbackLag {
-		// As the throughput group does: mosquitto 2.0.11 drops a QoS 1
-		// subscriber's messages at 64 publishers with it 250 behind, and
-		// keeps them all on a short leash.
-		b.record(t, fmt.Sprintf("%s (QoS 1 subscriber, max lag %d)", rowBroadcast, lag), tcell{}, err)
-		res, err = pub(1, false, mosquittoFallbackLag)
-		note = fmt.Sprintf("%s: with the subscriber up to %d behind its QoS 1 delivery failed (see reference broker failures); this figure holds it to %d",
-			t.col, lag, mosquittoFallbackLag)
+	broadcast := func(row string, sh shape) {
+		res, err := pub(sh, 1, false, lag)
+		note := ""
+		if err != nil && !t.saguin && ctx.Err() == nil && lag > mosquittoFallbackLag {
+			// As the throughput group does: mosquitto 2.0.11 drops a QoS 1
+			// subscriber's messages at 64 publishers with it 250 behind, and
+			// keeps them all on a short leash.
+			b.record(t, fmt.Sprintf("%s (QoS 1 subscriber, max lag %d)", row, lag), tcell{}, err)
+			res, err = pub(sh, 1, false, mosquittoFallbackLag)
+			note = fmt.Sprintf("%s: with the subscriber up to %d behind its QoS 1 delivery failed (see reference broker failures); this figure holds it to %d",
+				t.col, lag, mosquittoFallbackLag)
+		}
+		if err != nil && !t.saguin && ctx.Err() == nil {
+			b.record(t, row+" (QoS 1 subscriber)", tcell{}, err)
+			res, err = pub(sh, 1, true, lag)
+			note = qos0Note(t.col)
+		}
+		if err == nil {
+			b.progress("%s, QoS 1 broadcast, %s: %s msgs/s (%s delivered once, in order)", t.col, sh, commas(res.rate(true)), commas(float64(res.delivered)))
+		}
+		b.record(t, row, tcell{v: res.rate(true), note: note}, err)
 	}
-	if err != nil && !t.saguin && ctx.Err() == nil {
-		b.record(t, rowBroadcast+" (QoS 1 subscriber)", tcell{}, err)
-		res, err = pub(1, true, lag)
-		note = qos0Note(t.col)
-	}
-	if err == nil {
-		b.progress("%s, QoS 1 broadcast, %d publishers: %s msgs/s (%s delivered once, in order)", t.col, b.o.inFlight, commas(res.rate(true)), commas(float64(res.delivered)))
-	}
-	b.record(t, rowBroadcast, tcell{v: res.rate(true), note: note}, err)
+	broadcast(rowBroadcast, shape{b.o.inFlight, 1})
 	if ctx.Err() == nil {
-		res, err = pub(0, false, lag)
+		broadcast(rowBroadcastDeep, b.tableDeep())
+	}
+	if ctx.Err() == nil {
+		res, err := pub(shape{b.o.inFlight, 1}, 0, false, lag)
 		if err == nil {
 			b.progress("%s, QoS 0, %d publishers: %s msgs/s (all %s delivered once, in order)", t.col, b.o.inFlight, commas(res.rate(true)), commas(float64(res.delivered)))
 		}

@@ -19,7 +19,7 @@ func TestRunTableMochi(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := run([]string{"saguin-bench", "-quick", "-brokers", "mochi", "-scenarios", "table", "-duration", "300ms",
 		"-in-flight", "4", "-fanout", "5", "-storms", "100", "-deaf-messages", "2000", "-deaf-wait", "500ms",
-		"-ack-timeout", "2s", "-rss-settle", "0s", "-workdir", t.TempDir()}, &out, &errOut)
+		"-ack-timeout", "2s", "-rss-settle", "0s", "-deep-windows", "2x8", "-workdir", t.TempDir()}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
@@ -27,6 +27,7 @@ func TestRunTableMochi(t *testing.T) {
 	num := `[\d,]+(\.\d+)?( \[\d\])*`
 	for _, re := range []string{
 		`(?m)^\s*QoS 1 publish, 4 in flight, broadcast, msgs/s\s+-\s+` + num + `\s+-\s+-\s+-\s+-\s+-\s*$`,
+		`(?m)^\s*QoS 1 publish, 2 publishers x 8 in flight, broadcast, msgs/s\s+-\s+` + num + `\s+-\s+-\s+-\s+-\s+-\s*$`,
 		`(?m)^\s*QoS 0 publish, 4 publishers, delivered msgs/s\s+-\s+` + num + `\s+-\s+-`,
 		`(?m)^\s*fan-out 1 -> 5, end-to-end p99, ms\s+-\s+` + num + `\s+-\s+-`,
 		`(?m)^\s*2,000 QoS 1 publishes, subscriber keeping up: last PUBACK, s\s+-\s+` + num + `\s+-\s+-`,
