@@ -324,3 +324,37 @@ func stripReserved(in []packets.UserProperty, dropID bool) []packets.UserPropert
 	}
 	return out
 }
+
+// receivePublish takes a client's PUBLISH (its topic already unmarked,
+// substrate_topics.go) and answers it as the OnPublish hook must: every
+// answer marks it ignored or refused, so the substrate's own copy fans out
+// and retains nothing.
+func (b *Broker) receivePublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if in := b.inboundOf(cl); in != nil {
+		// A connection's QoS 0/1 publish is taken in and answered when
+		// stored, while the read loop goes on (inbound.go).
+		if out, err, taken := in.publish(pk); taken {
+			return out, err
+		}
+		// Answered here, as before, once every publish the connection
+		// sent before it is answered.
+		in.settle()
+	}
+	if b.retainedBroadcast(cl, pk) {
+		// Stored and fanned out as one step among new subscriptions
+		// (retained_order.go).
+		b.retainedOrder.RLock()
+		defer b.retainedOrder.RUnlock()
+	}
+	out, err := b.publish(cl, pk)
+	if err != nil {
+		return out, err
+	}
+	// Broadcast (a Will injected in-process included): handed to each
+	// subscriber's outbox and written by that connection's own sender, never
+	// by the substrate's publishToClient on this goroutine (invariant 16,
+	// fanout.go). Marked ignored, the substrate acknowledges it and fans
+	// nothing out.
+	b.fanOut(cl.ID, out)
+	return out, packets.CodeSuccessIgnore
+}

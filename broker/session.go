@@ -240,3 +240,15 @@ func (b *Broker) heldSessions() []*session {
 	}
 	return out
 }
+
+func (b *Broker) sessionOf(id string) *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sessions[id]
+}
+
+func (s *session) isDurable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.durable
+}
