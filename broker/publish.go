@@ -44,10 +44,12 @@ func withReason(c packets.Code, reason string) packets.Code {
 // publish is the substrate's OnPublish for a publish answered before it
 // returns: every PUBLISH a Will stand-in or an in-process client makes, and
 // the PUBLISHes of a connection that are not pipelined (inbound.go).
-// Broadcast topics go back to the substrate's fan-out; channel topics are
+// A broadcast publish is returned unchanged for its caller to hand to
+// Sagüin's own fan-out (receivePublish, fanout.go); channel topics are
 // stored and then acknowledged by the substrate (invariants 16, 18: PUBACK
 // only after the record is stored), and never fanned out by it (invariant
-// 11: channels deliver their own records).
+// 11: channels deliver their own records). The substrate fans out nothing:
+// every answer marks the packet ignored.
 func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	w, out, err := b.admitPublish(cl, pk)
 	if w == nil {
