@@ -292,10 +292,10 @@ func (b *Broker) recordOf(cl *mqtt.Client, pk packets.Packet) storage.Record {
 }
 
 // publishedMessageID is the Message ID a publisher gave its message: the
-// first non-empty saguin-id User Property ("" for none). invariant 8: a
-// publisher's own Message ID is kept, so a redriven dead letter stays the
-// same message — on a channel record and on a logged broadcast message
-// alike (recordOf, recordOfMsg).
+// first non-empty saguin-id User Property ("" for none).
+// invariant 8: a publisher's own Message ID is kept, so a redriven dead
+// letter stays the same message — one rule for a channel record and a
+// logged broadcast message alike (recordOf, recordOfMsg).
 func publishedMessageID(user []packets.UserProperty) string {
 	for _, u := range user {
 		if u.Key == "saguin-id" && u.Val != "" {
