@@ -1,10 +1,3 @@
-// Package broker is the Sagüin daemon: an MQTT 5 / 3.1.1 broker on the
-// mochi-mqtt substrate that adds durable channels. Channel topics are stored
-// on a provider before they are acknowledged and delivered by Sagüin's own
-// pumps; topics no channel claims are broadcast, fanned out by Sagüin to
-// each subscribing session's outbox and written by that connection's own
-// sender (fanout.go) — the substrate reads packets and keeps subscriptions,
-// and delivers nothing.
 package broker
 
 import (
@@ -15,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"saguin.dev/broker/partition"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -28,6 +20,7 @@ import (
 	"saguin.dev/broker/internal/clock"
 	"saguin.dev/broker/internal/logging"
 	"saguin.dev/broker/internal/msgid"
+	"saguin.dev/broker/partition"
 	"saguin.dev/broker/topic"
 	"saguin.dev/storage"
 	"saguin.dev/storage/memory"

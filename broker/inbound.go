@@ -209,7 +209,7 @@ func (in *inbound) publish(pk packets.Packet) (packets.Packet, error, bool) {
 		return out, err, true
 	}
 	// Broadcast. Nothing owed before it: fanned out and acknowledged now,
-	// as always (hooks.go OnPublish).
+	// as always (receivePublish, publish.go).
 	if !in.busy() {
 		b.fanOut(cl.ID, out)
 		return out, packets.CodeSuccessIgnore, true

@@ -44,10 +44,12 @@ func withReason(c packets.Code, reason string) packets.Code {
 // publish is the substrate's OnPublish for a publish answered before it
 // returns: every PUBLISH a Will stand-in or an in-process client makes, and
 // the PUBLISHes of a connection that are not pipelined (inbound.go).
-// Broadcast topics go back to the substrate's fan-out; channel topics are
+// A broadcast publish is returned unchanged for its caller to hand to
+// Sagüin's own fan-out (receivePublish, fanout.go); channel topics are
 // stored and then acknowledged by the substrate (invariants 16, 18: PUBACK
 // only after the record is stored), and never fanned out by it (invariant
-// 11: channels deliver their own records).
+// 11: channels deliver their own records). The substrate fans out nothing:
+// every answer marks the packet ignored.
 func (b *Broker) publish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	w, out, err := b.admitPublish(cl, pk)
 	if w == nil {
@@ -290,10 +292,10 @@ func (b *Broker) recordOf(cl *mqtt.Client, pk packets.Packet) storage.Record {
 }
 
 // publishedMessageID is the Message ID a publisher gave its message: the
-// first non-empty saguin-id User Property ("" for none). invariant 8: a
-// publisher's own Message ID is kept, so a redriven dead letter stays the
-// same message — on a channel record and on a logged broadcast message
-// alike (recordOf, recordOfMsg).
+// first non-empty saguin-id User Property ("" for none).
+// invariant 8: a publisher's own Message ID is kept, so a redriven dead
+// letter stays the same message — one rule for a channel record and a
+// logged broadcast message alike (recordOf, recordOfMsg).
 func publishedMessageID(user []packets.UserProperty) string {
 	for _, u := range user {
 		if u.Key == "saguin-id" && u.Val != "" {
@@ -323,4 +325,38 @@ func stripReserved(in []packets.UserProperty, dropID bool) []packets.UserPropert
 		}
 	}
 	return out
+}
+
+// receivePublish takes a client's PUBLISH (its topic already unmarked,
+// substrate_topics.go) and answers it as the OnPublish hook must: every
+// answer marks it ignored or refused, so the substrate's own copy fans out
+// and retains nothing.
+func (b *Broker) receivePublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if in := b.inboundOf(cl); in != nil {
+		// A connection's QoS 0/1 publish is taken in and answered when
+		// stored, while the read loop goes on (inbound.go).
+		if out, err, taken := in.publish(pk); taken {
+			return out, err
+		}
+		// Answered here, as before, once every publish the connection
+		// sent before it is answered.
+		in.settle()
+	}
+	if b.retainedBroadcast(cl, pk) {
+		// Stored and fanned out as one step among new subscriptions
+		// (retained_order.go).
+		b.retainedOrder.RLock()
+		defer b.retainedOrder.RUnlock()
+	}
+	out, err := b.publish(cl, pk)
+	if err != nil {
+		return out, err
+	}
+	// Broadcast (a Will injected in-process included): handed to each
+	// subscriber's outbox and written by that connection's own sender, never
+	// by the substrate's publishToClient on this goroutine (invariant 16,
+	// fanout.go). Marked ignored, the substrate acknowledges it and fans
+	// nothing out.
+	b.fanOut(cl.ID, out)
+	return out, packets.CodeSuccessIgnore
 }

@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -13,52 +12,6 @@ import (
 
 	"saguin.dev/storage"
 )
-
-// publishReserved serves a PUBLISH under $saguin/. Exactly five topics are
-// publishable (RFC 0002 §2.3); this broker serves seek so far and refuses
-// the rest by name rather than pretending.
-func (b *Broker) publishReserved(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	t := pk.TopicName
-	switch route, name := reservedRoute(t); route {
-	case routePointRead:
-		return b.pointRead(cl, pk) // pointread.go
-	case routeSeek:
-		return b.seek(cl, pk, name)
-	case routeQueueAnswer:
-		return b.queueAnswer(cl, pk, name)
-	}
-	return b.refuse(cl, pk, withReason(codeTopicInvalid,
-		fmt.Sprintf("%s is not a topic clients may publish to under $saguin/", t)))
-}
-
-// The $saguin/ topics a client may publish to (RFC 0003: seek, point read,
-// queue answers).
-const (
-	routeNone = iota
-	routePointRead
-	routeSeek        // $saguin/consumer/<channel>/seek
-	routeQueueAnswer // $saguin/queue/<queue>/response
-)
-
-// reservedRoute reads a $saguin/ publish topic, which is client input: the
-// channel or queue it names is one whole level, never empty and never
-// holding a '/', so no topic can address a name it does not spell out.
-func reservedRoute(t string) (int, string) {
-	if t == pointReadTopic {
-		return routePointRead, ""
-	}
-	if rest, ok := strings.CutPrefix(t, "$saguin/consumer/"); ok {
-		if name, ok := strings.CutSuffix(rest, "/seek"); ok && name != "" && !strings.Contains(name, "/") {
-			return routeSeek, name
-		}
-	}
-	if rest, ok := strings.CutPrefix(t, "$saguin/queue/"); ok {
-		if name, ok := strings.CutSuffix(rest, "/response"); ok && name != "" && !strings.Contains(name, "/") {
-			return routeQueueAnswer, name
-		}
-	}
-	return routeNone, ""
-}
 
 // seekTarget is a parsed seek payload (RFC 0003 §8 "Seek").
 type seekTarget struct {
@@ -292,25 +245,4 @@ func (b *Broker) moveConsumer(s *session, ch *channel, pos uint64, written func(
 	c.mu.Unlock()
 	c.poke()
 	return nil
-}
-
-// queueAnswer takes a worker's ack or return (RFC 0003 "Acknowledgement and
-// return"). The PUBACK says only that the broker received the packet: the
-// worker is never told whether its answer was applied (invariant 3).
-func (b *Broker) queueAnswer(cl *mqtt.Client, pk packets.Packet, name string) (packets.Packet, error) {
-	q := b.engines[name]
-	if q == nil {
-		return b.refuse(cl, pk, withReason(codeTopicInvalid, fmt.Sprintf("no queue is named %s", name)))
-	}
-	s := b.sessionOf(cl.ID)
-	if s == nil || s.owner() != cl {
-		b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: connection does not own its session", "queue", name)
-		return pk, packets.CodeSuccessIgnore
-	}
-	if len(pk.Properties.CorrelationData) == 0 {
-		b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: no Correlation Data", "queue", name)
-		return pk, packets.CodeSuccessIgnore
-	}
-	q.answer(s, cl, pk.Properties.CorrelationData, string(pk.Payload))
-	return pk, packets.CodeSuccessIgnore
 }

@@ -10,10 +10,12 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 )
 
-// session is Sagüin's part of a client id's session: the channel consumers it
-// holds and which connection currently owns it. MQTT's own part
-// (subscriptions for broadcast, in-flight broadcast deliveries) is kept by
-// the substrate.
+// session is Sagüin's part of a client id's session: which connection
+// currently owns it, the channel consumers it holds, the broadcast it is
+// owed (its outbox, fanout.go) and every delivery in flight to its
+// connection (deliveries.go). The substrate keeps the rest of MQTT's part:
+// the subscriptions in its topic tree, and in its Inflight table only the
+// client's own QoS 2 exchanges.
 type session struct {
 	id string
 
@@ -239,4 +241,16 @@ func (b *Broker) heldSessions() []*session {
 		out = append(out, s)
 	}
 	return out
+}
+
+func (b *Broker) sessionOf(id string) *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sessions[id]
+}
+
+func (s *session) isDurable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.durable
 }

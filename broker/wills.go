@@ -268,8 +268,10 @@ func (b *Broker) publishWill(id string, w *will) {
 	out, err := b.publish(as, pk)
 	switch {
 	case err == nil:
-		// Broadcast: the substrate's fan-out, from an in-process client
-		// carrying the arming client's id so No Local still applies.
+		// Broadcast: injected from an in-process client carrying the
+		// arming client's id, so No Local still applies. The substrate
+		// hands it to the OnPublish hook, which gives it to Sagüin's own
+		// fan-out (receivePublish, fanout.go) and marks it ignored.
 		inj := b.mqtt.NewClient(nil, willListener, id, true)
 		inj.Properties.ProtocolVersion = 5
 		if out.FixedHeader.Qos > 0 {
