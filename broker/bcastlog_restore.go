@@ -201,6 +201,7 @@ func (b *Broker) restoreDelivery(r *restoredBcast, m *broadcastMsg, now time.Tim
 		r.o.mu.Lock()
 		r.o.onWire[w.PID] = wireEntry{charge: e.charge + inflightEntryCost, m: m, qos: w.QoS, group: w.Group, pubrel: w.Pubrel}
 		r.o.wire += e.charge + inflightEntryCost
+		r.o.countLocked(m, 1)
 		r.o.mu.Unlock()
 		return
 	}

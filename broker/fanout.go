@@ -41,6 +41,11 @@ type broadcastMsg struct {
 	// when it was not written there (QoS 0, or owed to no session that
 	// outlives its connection): served from memory only.
 	off uint64
+	// held and enc: how many outbox entries hold the message — waiting, or
+	// written at QoS 1/2 and unacknowledged, each charged at least
+	// charge() — and its encodings for them (fanout_encode.go).
+	held atomic.Int32
+	enc  atomic.Pointer[encodings]
 }
 
 // owed is one broadcast message a session is owed.
@@ -160,6 +165,8 @@ type fanout struct {
 	logFailed   atomic.Int64
 	// logStorageFull: logged messages the log gave up to a full provider.
 	logStorageFull atomic.Int64
+
+	encodes encodeCounts
 }
 
 const fanoutTurns = 4096
@@ -286,11 +293,19 @@ func (b *Broker) fanOutMsg(m *broadcastMsg, subs *mqtt.Subscribers, mayLog bool)
 	} else if m.off != 0 && b.fan.log != nil {
 		defer b.fan.log.hold(m.off)()
 	}
+	woken := make([]*outbox, 0, len(own))
 	for _, s := range own {
 		// The substrate's index merges a session's matching subscriptions
 		// with the highest granted QoS: what the delivery is bounded as.
 		qos := min(m.qos, subs.Subscriptions[s.id].Qos)
-		b.outboxOf(s).offer(b, m, qos, "", false)
+		if o := b.outboxOf(s); o.enqueue(b, m, qos, "", false) {
+			woken = append(woken, o)
+		}
+	}
+	// Woken once all hold it (enqueue): the message is encoded once per
+	// shape, not once per subscriber.
+	for _, o := range woken {
+		o.poke()
 	}
 	for filter, group := range subs.Shared {
 		b.shareOut(m, filter, group, members)
@@ -331,7 +346,10 @@ type outbox struct {
 	// touched: the logged messages the session holds changed since its
 	// cursor was last stored. A session never owed a logged message stores
 	// no cursor at all (a restart reads it from its filters' log_from).
-	touched  bool
+	touched bool
+	// ended: the session ended (memberEnded); its queue no longer counts in
+	// its messages' held counts (countLocked).
+	ended    bool
 	lastWarn time.Time // last drop warning (one per fanoutWarnEvery)
 	unwarned int64     // drops since that warning
 
@@ -383,8 +401,21 @@ func (o *outbox) poke() {
 //
 // With share (a shared group choosing a member) nothing is given up and
 // only a connected session takes it: the group tries the next member. It
-// reports whether m was queued.
+// reports whether m was queued; the session's sender is then woken.
 func (o *outbox) offer(b *Broker, m *broadcastMsg, qos byte, group string, share bool) bool {
+	if !o.enqueue(b, m, qos, group, share) {
+		return false
+	}
+	o.poke()
+	return true
+}
+
+// enqueue is offer without waking the sender: fanOutMsg queues a message on
+// every outbox first and wakes their senders after, so each sender finds the
+// message queued everywhere and copies its encoding for another subscriber
+// rather than encoding it again (fanout_encode.go: an encoding is kept only
+// while another queue holds the message).
+func (o *outbox) enqueue(b *Broker, m *broadcastMsg, qos byte, group string, share bool) bool {
 	charge := m.charge()
 	half := b.cfg.Broker.Limits.SessionQueueBytes / 2
 	if share && !o.eligible(b, m, qos) {
@@ -404,7 +435,6 @@ func (o *outbox) offer(b *Broker, m *broadcastMsg, qos byte, group string, share
 	if fits() {
 		o.pushLocked(m, qos, charge, group)
 		o.mu.Unlock()
-		o.poke()
 		return true
 	}
 	if share {
@@ -428,7 +458,7 @@ func (o *outbox) offer(b *Broker, m *broadcastMsg, qos byte, group string, share
 	o.countGivenUp(b, gaveUp)
 	switch {
 	case queued:
-		o.poke()
+		// The caller wakes the sender.
 	case qos == 0:
 		b.fan.droppedQoS0.Add(1)
 	default:
@@ -483,9 +513,19 @@ func (o *outbox) pushLocked(m *broadcastMsg, qos byte, charge int64, group strin
 		o.head = 0
 	}
 	o.q = append(o.q, owed{m: m, seq: o.seq, charge: charge, qos: qos, group: group})
+	o.countLocked(m, 1)
 	o.touched = o.touched || m.off != 0
 	o.seq++
 	o.queued += charge
+}
+
+// countLocked counts one more (d 1) or one fewer (d -1) entry of m in this
+// queue towards m's encodings (fanout_encode.go), unless the session ended.
+// Caller holds o.mu.
+func (o *outbox) countLocked(m *broadcastMsg, d int32) {
+	if !o.ended {
+		m.heldLocked(d)
+	}
 }
 
 // popLocked removes the oldest waiting message. Caller holds o.mu and has
@@ -494,6 +534,7 @@ func (o *outbox) popLocked() owed {
 	e := o.q[o.head]
 	o.q[o.head] = owed{}
 	o.head++
+	o.countLocked(e.m, -1)
 	o.touched = o.touched || e.m.off != 0
 	if o.head == len(o.q) {
 		o.q, o.head = o.q[:0], 0
@@ -520,6 +561,11 @@ func (o *outbox) take(seq uint64, pid uint16, skip bool) bool {
 	defer o.mu.Unlock()
 	if o.head == len(o.q) || o.q[o.head].seq != seq {
 		return false
+	}
+	if !skip && pid != 0 {
+		// Counted on the wire before it leaves the queue, so the move
+		// costs the message none of its encodings (fanout_encode.go).
+		o.countLocked(o.q[o.head].m, 1)
 	}
 	e := o.popLocked()
 	o.queued -= e.charge
@@ -554,6 +600,7 @@ func (o *outbox) acked(pid uint16) {
 	if ok {
 		delete(o.onWire, pid)
 		o.wire -= w.charge
+		o.countLocked(w.m, -1)
 		o.windowDirty = o.windowDirty || w.m.off != 0
 		o.touched = o.touched || w.m.off != 0
 	}

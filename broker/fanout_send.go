@@ -89,6 +89,7 @@ func (o *outbox) stop() {
 			kept = append(kept, e)
 		} else {
 			o.queued -= e.charge
+			o.countLocked(e.m, -1)
 		}
 	}
 	clear(o.q[len(kept):])
@@ -229,7 +230,9 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			}
 		}
 		start := buf.Len()
-		if err := encodeDelivery(buf, &pk, v, maxSize); err != nil {
+		// Copied from the message's encoding for another subscriber of the
+		// same shape where there is one (fanout_encode.go).
+		if err := b.encodeBroadcast(buf, e.m, &pk, v, maxSize); err != nil {
 			o.s.deliv.release(pk.PacketID, o)
 			if o.take(e.seq, 0, true) {
 				// RFC 0003 §5: a broadcast message too large for the

@@ -439,6 +439,7 @@ func (b *Broker) memberEnded(s *session) {
 		for _, e := range o.q[o.head:] {
 			if e.group != "" {
 				o.queued -= e.charge
+				o.countLocked(e.m, -1)
 				handed = append(handed, e)
 			} else {
 				kept = append(kept, e)
@@ -452,9 +453,19 @@ func (b *Broker) memberEnded(s *session) {
 			}
 			delete(o.onWire, pid)
 			o.wire -= w.charge
+			o.countLocked(w.m, -1)
 			handed = append(handed, owed{m: w.m, qos: w.qos, group: w.group, charge: w.m.charge()})
 			pubrel[w.m] = w.pubrel
 		}
+		// The session has ended: what it still holds is delivered to no
+		// one, and pays for no message's encodings (fanout_encode.go).
+		for _, e := range kept {
+			o.countLocked(e.m, -1)
+		}
+		for _, w := range o.onWire {
+			o.countLocked(w.m, -1)
+		}
+		o.ended = true
 		o.mu.Unlock()
 	}
 	slices.SortStableFunc(handed, func(a, b owed) int {
