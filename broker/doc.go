@@ -79,9 +79,12 @@
 //     stored first (retained.go retain, ordered with new subscriptions by
 //     retained_order.go retainedBroadcast). receivePublish hands it to
 //     fanout.go fanOut: logged when the broadcast log is on (bcastlog.go
-//     logBroadcast), then offered to each subscribing session's outbox
-//     (outbox.offer) and shared group (share.go shareOut). Each
-//     connection's sender (fanout_send.go outbox.run) writes it. The
+//     logBroadcast), then queued on each subscribing session's outbox
+//     (outbox.enqueue, the senders woken after) and offered to each shared
+//     group (share.go shareOut). Each connection's sender (fanout_send.go
+//     outbox.run) writes it, the message encoded once per shape and copied
+//     with its Packet Identifier patched (fanout_encode.go
+//     Broker.encodeBroadcast). The
 //     substrate is handed the publish marked ignored and fans out nothing.
 //   - append — a record (publish.go recordOf) appended to the channel's
 //     log (channelWrite.storeNow or submit), then the pumps are woken
@@ -202,10 +205,12 @@
 //	Broker.mu                    the sessions map; takes session.mu (fireDueWills)
 //	consumer.mu  latestConsumer.mu  queueEngine.mu  shareGroup.mu  clientConn.smu
 //	                             never two of them at once
+//	outbox.mu                    takes encodings.mu only (outbox.countLocked → broadcastMsg.heldLocked)
 //	leaves (take no other lock of ours):
-//	  session.mu  deliveries.mu  outbox.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu
+//	  session.mu  deliveries.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu
 //	  inbound.mu  publishBudgets.mu  gate.mu  admitListener.mu  door.mu  idClaims.mu
-//	  connWriter.mu
+//	  connWriter.mu  encodings.mu (a broadcast message's kept encodings, fanout_encode.go;
+//	                 never held while encoding)
 //
 // The substrate's locks. Its client lock (mqtt.Client's embedded RWMutex) is
 // taken by its WritePacket around the socket write, so the substrate holds
@@ -220,7 +225,7 @@
 // and its Inflight entry cleared, qos2.go pubcomp), qos2State.mu
 // (Clients.Get and Inflight.Delete when a held exchange is dropped,
 // forgetPubrecLocked). No lock of the delivery path — deliveries.mu,
-// outbox.mu, a pump's — is held into the substrate or across a socket
+// outbox.mu, encodings.mu, a pump's — is held into the substrate or across a socket
 // write (deliveries.write lets go of its lock before clientConn.Write). The
 // substrate calls no hook of ours with its client, Inflight or Topics lock
 // held (v2.7.9: WritePacket calls OnPacketEncode before taking the client
@@ -262,6 +267,7 @@
 //  13. everything that accumulates is bounded: Broker.withLogRoom, the
 //     Broker's sessions field, Broker.newServer, pendingMax,
 //     deliveries.reserve, inbound.publish, inbound.room,
+//     broadcastMsg.heldLocked (kept encodings paid for by held entries),
 //     Broker.holdPublish, publishBudgets.admit, Broker.endSessionKeeping,
 //     Broker.publishWill.
 //  14. memory durability is exactly the last snapshot: Broker.provider
