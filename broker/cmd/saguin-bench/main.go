@@ -2,7 +2,8 @@
 // mochi-mqtt server and NATS server's MQTT listener in one run and prints
 // one table of figures and ratios. By default (make bench) that is the
 // table of step 6 (table.go): QoS 1 publish with 64 in flight (broadcast,
-// append on memory and on sqlite), QoS 0 publish, a fan-out from one
+// append on memory and on sqlite), the deep-window shape of issue 13 (8
+// publishers x 64 in flight: broadcast, append on sqlite), QoS 0 publish, a fan-out from one
 // publisher to 50 subscribers, the deaf-subscriber case, connection storms
 // of 2,000 and 10,000 clients, the queue cycle, the replay and the
 // start-up over 1,000,000 records; NATS is the durable MQTT 3.1.1 peer,
