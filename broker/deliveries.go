@@ -131,8 +131,9 @@ type deliveries struct {
 	table map[uint16]*exchange
 	next  uint16 // the identifier last given: the next search starts after it
 	seq   uint64
-	// writing counts the writes in progress to cl; idle is closed when the
-	// count falls back to zero (stopWriting waits on it).
+	// writing counts the writes in progress to cl; idle, made only when a
+	// stop waits for them (stopWriting), is closed when the count falls
+	// back to zero — no channel is made per write.
 	writing int
 	idle    chan struct{}
 }
@@ -408,16 +409,15 @@ func (d *deliveries) write(cl *mqtt.Client, p []byte) error {
 		d.mu.Unlock()
 		return mqtt.ErrConnectionClosed
 	}
-	if d.writing++; d.writing == 1 {
-		d.idle = make(chan struct{})
-	}
+	d.writing++
 	d.mu.Unlock()
 	// invariant 16: bounded by write_timeout in clientConn.Write, on the
 	// delivering route's own goroutine, with no lock of ours held.
 	_, err := cl.Net.Conn.Write(p)
 	d.mu.Lock()
-	if d.writing--; d.writing == 0 {
+	if d.writing--; d.writing == 0 && d.idle != nil {
 		close(d.idle)
+		d.idle = nil
 	}
 	d.mu.Unlock()
 	return err
@@ -455,6 +455,9 @@ func (d *deliveries) stopWriting(stopped <-chan struct{}) {
 	d.cl = nil // from here no write starts
 	idle := closedChan
 	if d.writing > 0 {
+		if d.idle == nil {
+			d.idle = make(chan struct{})
+		}
 		idle = d.idle
 	}
 	d.mu.Unlock()

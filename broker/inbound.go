@@ -216,7 +216,11 @@ func (in *inbound) publish(pk packets.Packet) (packets.Packet, error, bool) {
 	}
 	// Answers are owed before it: fanned out in its turn, so a topic's
 	// messages from this publisher still reach subscribers in order.
-	e := inEntry{qos: qos, pid: pk.PacketID, fan: &out, charge: inboundEntryCost + 2*int64(len(out.Payload)+len(out.TopicName))}
+	// A copy of its own: taking out's address would move it to the heap
+	// on every publish, not only on one that waits its turn.
+	fan := new(packets.Packet)
+	*fan = out
+	e := inEntry{qos: qos, pid: pk.PacketID, fan: fan, charge: inboundEntryCost + 2*int64(len(out.Payload)+len(out.TopicName))}
 	in.room(e.charge)
 	in.push(e)
 	return out, packets.ErrRejectPacket, true
