@@ -19,32 +19,6 @@ import (
 // publisher with several QoS 1 publishes in flight is answered, and in how
 // many socket writes.
 
-// pipelined dials a raw MQTT 5 connection and returns it after its
-// CONNACK.
-func pipelined(t *testing.T, addr, id string) (net.Conn, *bufio.Reader) {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	var buf bytes.Buffer
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60}}
-	if err := pk.ConnectEncode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Write(buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(conn)
-	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if ack, err := brokertest.ReadPacket(r, 5); err != nil || ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		t.Fatalf("CONNACK: %+v, %v", ack, err)
-	}
-	return conn, r
-}
-
 // publishes encodes n QoS 1 PUBLISHes to topic, packet ids 1..n, one after
 // another: what a client with n in flight sends in one write.
 func publishes(t *testing.T, topic string, n int) []byte {
@@ -86,7 +60,7 @@ func TestPubacksToAPipelinedPublisherLeaveTogether(t *testing.T) {
 			// been held corkLinger, so the count depends on nothing timed.
 			b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), fanoutConfig),
 				brokertest.WithClock(clock.NewFake(time.Unix(1_700_000_000, 0))))
-			conn, r := pipelined(t, b.Address(), "pipelined")
+			conn, r := dialRawMQTT5(t, b.Address(), "pipelined")
 			before := b.WriterStats()
 			if _, err := conn.Write(publishes(t, tc.topic, n)); err != nil {
 				t.Fatal(err)
@@ -120,7 +94,7 @@ func TestHeldAnswersLeaveBeforeTheConnectionEnds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), fanoutConfig),
 				brokertest.WithClock(clock.NewFake(time.Unix(1_700_000_000, 0))))
-			conn, r := pipelined(t, b.Address(), "ending")
+			conn, r := dialRawMQTT5(t, b.Address(), "ending")
 			if _, err := conn.Write(append(publishes(t, "status/x", n), tc.last...)); err != nil {
 				t.Fatal(err)
 			}

@@ -261,9 +261,10 @@ func TestLogClientMistakesAreOneBoundedWarnLineEach(t *testing.T) {
 	}
 }
 
-// dialFlood opens a raw MQTT 5 connection as id and returns it once the
-// CONNACK has come: the flood test writes and reads on it concurrently.
-func dialFlood(t *testing.T, addr, id string) (net.Conn, *bufio.Reader) {
+// dialRawMQTT5 opens a raw MQTT 5 connection as id and returns it once the
+// CONNACK has come, for tests that write bytes of their own on it (a flood
+// of refused publishes, publishes sent in one segment).
+func dialRawMQTT5(t *testing.T, addr, id string) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
@@ -296,7 +297,7 @@ func TestLogRefusalFloodIsRateLimitedAndCounted(t *testing.T) {
 	const n = 10000
 	fake := clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), logsConfig), brokertest.WithClock(fake))
-	conn, r := dialFlood(t, b.Address(), "flooder")
+	conn, r := dialRawMQTT5(t, b.Address(), "flooder")
 	before := len(b.Log.String())
 
 	var stream bytes.Buffer

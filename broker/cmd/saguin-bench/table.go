@@ -220,32 +220,13 @@ func (b *bench) runTableSaguin(ctx context.Context, bin string) {
 			appendRow, queueRow = rowAppendSql, rowQueueSql
 		}
 		tag := runTag()
-		res, err := tpublish(ctx, tpubConfig{addr: p.addr, version: mqtt5, ids: "app-" + tag, topic: "events/" + tag,
-			pubs: b.o.inFlight, window: 1, qos: 1, duration: b.o.duration, payload: b.o.payload, ackTimeout: b.o.ackTimeout})
-		if err == nil {
-			var took time.Duration
-			took, err = treadBack(ctx, p.addr, "readback-"+tag, "events/"+tag+"/#", b.o.inFlight, res.acked, b.o.ackTimeout)
-			if err == nil {
-				b.progress("saguin, append on %s, %d publishers: %s msgs/s (%s acknowledged; all read back, in order, once each, at %s records/s)",
-					storage, b.o.inFlight, commas(res.rate(false)), commas(float64(res.acked)), commas(float64(res.acked)/took.Seconds()))
-			}
-		}
-		b.record(t, appendRow, tcell{v: res.rate(false)}, b.withExit(p, err))
+		rate, err := b.appendRun(ctx, p, storage, shape{b.o.inFlight, 1}, "app-"+tag)
+		b.record(t, appendRow, tcell{v: rate}, b.withExit(p, err))
 		if storage == "sqlite" && ctx.Err() == nil {
 			// The deep-window shape, where a commit that held one record per
 			// connection was the limit (issue 13).
-			sh, dtag := b.tableDeep(), runTag()
-			res, err := tpublish(ctx, tpubConfig{addr: p.addr, version: mqtt5, ids: "appd-" + dtag, topic: "events/" + dtag,
-				pubs: sh.pubs, window: sh.window, qos: 1, duration: b.o.duration, payload: b.o.payload, ackTimeout: b.o.ackTimeout})
-			if err == nil {
-				var took time.Duration
-				took, err = treadBack(ctx, p.addr, "readback-"+dtag, "events/"+dtag+"/#", sh.pubs, res.acked, b.o.ackTimeout)
-				if err == nil {
-					b.progress("saguin, append on sqlite, %s: %s msgs/s (%s acknowledged; all read back, in order, once each, at %s records/s)",
-						sh, commas(res.rate(false)), commas(float64(res.acked)), commas(float64(res.acked)/took.Seconds()))
-				}
-			}
-			b.record(t, rowAppendSqlDeep, tcell{v: res.rate(false)}, b.withExit(p, err))
+			rate, err := b.appendRun(ctx, p, storage, b.tableDeep(), "appd-"+runTag())
+			b.record(t, rowAppendSqlDeep, tcell{v: rate}, b.withExit(p, err))
 		}
 		if ctx.Err() == nil {
 			q, err := tqueue(ctx, p.addr, "q-"+tag, 8, 8, b.o.queueWorkers, b.o.duration, b.o.payload, b.o.ackTimeout)
@@ -260,6 +241,23 @@ func (b *bench) runTableSaguin(ctx context.Context, bin string) {
 			b.results.saguinError("table, saguin "+storage+": shutdown", err)
 		}
 	}
+}
+
+// appendRun publishes at QoS 1 into an append channel of p in shape sh,
+// reads every acknowledged record back (in order, once each) and returns
+// the PUBACK rate.
+func (b *bench) appendRun(ctx context.Context, p *brokerProc, storage string, sh shape, id string) (float64, error) {
+	res, err := tpublish(ctx, tpubConfig{addr: p.addr, version: mqtt5, ids: id, topic: "events/" + id,
+		pubs: sh.pubs, window: sh.window, qos: 1, duration: b.o.duration, payload: b.o.payload, ackTimeout: b.o.ackTimeout})
+	if err != nil {
+		return res.rate(false), err
+	}
+	took, err := treadBack(ctx, p.addr, "readback-"+id, "events/"+id+"/#", sh.pubs, res.acked, b.o.ackTimeout)
+	if err == nil {
+		b.progress("saguin, append on %s, %s: %s msgs/s (%s acknowledged; all read back, in order, once each, at %s records/s)",
+			storage, sh, commas(res.rate(false)), commas(float64(res.acked)), commas(float64(res.acked)/took.Seconds()))
+	}
+	return res.rate(false), err
 }
 
 // tableDeep is the table's deep-window shape: the first -deep-windows
