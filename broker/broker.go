@@ -63,6 +63,9 @@ type Broker struct {
 	sqliteFaults *sqlite.Faults // Options.SQLiteFaults
 	panicTopic   string         // Options.PanicTopic
 	pauses       pausePoints    // held by tests only (retained_order.go)
+	// answerLinger, when set (tests only), replaces the const answerLinger
+	// (inbound.go) for the answering goroutines started after it is set.
+	answerLinger atomic.Int64
 
 	mqtt      *mqtt.Server
 	providers map[string]storage.Provider

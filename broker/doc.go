@@ -170,9 +170,10 @@
 //	queueEngine.handOver       one queue job's PUBLISH write    the write's end: bounded by         the job's delivery until
 //	                                                              write_timeout, cut by a stop        queueEngine.written; b.wg
 //	                                                              (deliveries.stopWriting)
-//	inbound.push               a connection's pipeline          itself, when no answer is owed      the answering of the
-//	                             (inbound.run)                    (a later publish starts another);  connection's publishes in
-//	                                                              inboundEnded waits for it           order; counted in b.wg
+//	inbound.push               a connection's pipeline          itself, answerLinger after no       the answering of the
+//	                             (inbound.run)                    answer is owed (a later publish     connection's publishes in
+//	                                                              starts another), or at once when    order; counted in b.wg
+//	                                                              inboundEnded wakes it
 //	clientConn.flushed         the writer's background flusher  itself, when nothing is pending     the pending bytes of one
 //	                             (clientConn.flushLoop)           or the connection failed;           connection; clientConn.Close
 //	                                                              clientConn.Close waits for it       waits for it

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -489,4 +490,57 @@ func TestPipelinedTakeoverWithCommitsPending(t *testing.T) {
 	sendQoS1(c, 1, "events/take", "new 1")
 	readAcks(t, c, 1, 1, nil)
 	readBack(t, b.Address(), append(want, "new 1"))
+}
+
+// The answering goroutine stays for a publisher's next publish (one publish
+// in flight paid a goroutine start and a stack's growth per publish), is
+// woken by it, and is ended by the connection's end however long it would
+// linger: set to an hour here, so only the end can stop it. A second
+// connection's goroutine with a short linger ends by itself once idle.
+func TestPipelineAnswererLingersForTheNextPublishAndEndsWithItsConnection(t *testing.T) {
+	b := brokertest.Start(t, configWith(t, memoryProvider))
+	b.SetAnswerLinger(time.Hour)
+	c, _ := brokertest.DialRaw(t, b.Address(), "linger", true, 0)
+	for id := 1; id <= 3; id++ {
+		sendQoS1(c, uint16(id), "events/linger", fmt.Sprint("linger ", id))
+		readAcks(t, c, id, 1, nil)
+		if running, ok := b.Answering("linger"); !ok || !running {
+			t.Fatalf("after PUBACK %d: answering goroutine running=%v (pipeline found %v), want it lingering", id, running, ok)
+		}
+	}
+	c.Drop()
+	deadline := time.Now().Add(wait)
+	for {
+		if _, ok := b.Answering("linger"); !ok && !answererStackPresent() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection ended, but its answering goroutine still lingers")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	readBack(t, b.Address(), records("linger", 3))
+
+	b.SetAnswerLinger(time.Millisecond)
+	c2, _ := brokertest.DialRaw(t, b.Address(), "brief", true, 0)
+	sendQoS1(c2, 1, "events/brief", "brief 1")
+	readAcks(t, c2, 1, 1, nil)
+	deadline = time.Now().Add(wait)
+	for {
+		if running, ok := b.Answering("brief"); ok && !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an idle connection's answering goroutine did not end after its linger")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A publish after it ended starts another, and is answered.
+	sendQoS1(c2, 2, "events/brief", "brief 2")
+	readAcks(t, c2, 2, 1, nil)
+}
+
+func answererStackPresent() bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*inbound).run")
 }
