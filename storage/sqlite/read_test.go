@@ -1,7 +1,13 @@
 package sqlite
 
 import (
+	"bytes"
 	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +142,48 @@ func TestReadRefusesDamagedRows(t *testing.T) {
 				t.Fatalf("Read over the damaged row returned %d records with its error", len(recs))
 			}
 		})
+	}
+}
+
+// A read that finds a page which is not SQLite's (the chaos finding of
+// Step 8: SQLITE_NOTADB on a read connection after a power cut) leaves one
+// line saying what the files looked like; any other read error leaves none.
+func TestDamagedPageReadIsDescribedOnce(t *testing.T) {
+	var logged bytes.Buffer
+	p := openAt(t, newDB(t), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logged, nil)) })
+
+	garbage := filepath.Join(t.TempDir(), "garbage.db")
+	if err := os.WriteFile(garbage, bytes.Repeat([]byte("not sqlite "), 600), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", garbage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	notADB := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n)
+	if notADB == nil || !strings.Contains(notADB.Error(), "(26)") {
+		t.Fatalf("reading a garbage file: %v, want SQLITE_NOTADB (26)", notADB)
+	}
+
+	logged.Reset() // the provider's "storage opened" line
+	p.noteDamagedRead(errors.New("some other failure"))
+	p.noteDamagedRead(fmt.Errorf("storage test: read events: %w", storage.ErrNotFound))
+	if logged.Len() != 0 {
+		t.Fatalf("a read error that is not a damaged page was described: %s", logged.String())
+	}
+	p.noteDamagedRead(fmt.Errorf("storage test: read events: read bounds: %w", notADB))
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("want one line, got %d: %s", len(lines), logged.String())
+	}
+	for _, want := range []string{"level=ERROR", "not a database page", "code=26", "db_bytes=", "wal_bytes=", "shm_bytes=", "read_connections_open="} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("line %q lacks %q", lines[0], want)
+		}
+	}
+	if strings.Contains(lines[0], "db_bytes=-1") {
+		t.Errorf("the open provider's database was not found by stat: %s", lines[0])
 	}
 }
