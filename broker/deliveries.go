@@ -174,6 +174,13 @@ func (d *deliveries) room(cl *mqtt.Client) bool {
 	return d.cl == cl && len(d.table) < clientReceiveMaximum(cl)
 }
 
+// serves reports whether cl is the connection served.
+func (d *deliveries) serves(cl *mqtt.Client) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cl == cl
+}
+
 // inFlight is how many QoS 1/2 deliveries are unfinished.
 func (d *deliveries) inFlight() int {
 	d.mu.Lock()

@@ -124,7 +124,9 @@
 // addLatestSubscriptions; queueEngine.addWorker), the session stored, the
 // SUBACK written, and then the retained pass: retained.go retainedFor
 // under the retained order's write lock, sent by sendRetained through the
-// deliveries, before the new consumers start.
+// deliveries, before the new consumers start; values past the client's
+// Receive Maximum are left to a goroutine of the session's that sends them
+// as PUBACKs free room (retained_rest.go).
 //
 // UNSUBSCRIBE. OnPacketRead refuses one from a connection that no longer
 // owns its session (ownership.go owns); the substrate removes the filters
@@ -174,6 +176,10 @@
 //	                             (inbound.run)                    answer is owed (a later publish     connection's publishes in
 //	                                                              starts another), or at once when    order; counted in b.wg
 //	                                                              inboundEnded wakes it
+//	Broker.holdRetained        a retained pass's rest           itself, when all is sent or the     the values waiting for room in
+//	                             (retainedRest.run)               connection is no longer served;     the client's Receive Maximum;
+//	                                                              session.stopPumps stops it, the     counted in b.wg and in the
+//	                                                              broker's context ends it            session's restBytes
 //	clientConn.flushed         the writer's background flusher  itself, when nothing is pending     the pending bytes of one
 //	                             (clientConn.flushLoop)           or the connection failed;           connection; clientConn.Close
 //	                                                              clientConn.Close waits for it       waits for it
@@ -270,7 +276,9 @@
 //     deliveries.reserve, inbound.publish, inbound.room,
 //     broadcastMsg.heldLocked (kept encodings paid for by held entries),
 //     Broker.holdPublish, publishBudgets.admit, Broker.endSessionKeeping,
-//     Broker.publishWill.
+//     Broker.publishWill, Broker.writeRetained (no more retained values
+//     unacknowledged than the Receive Maximum), Broker.holdRetained (what
+//     waits for room bounded by session_queue_bytes).
 //  14. memory durability is exactly the last snapshot: Broker.provider
 //     (the snapshot itself is the memory provider's).
 //  15. a restart never resurrects a delivery: Broker.openChannels,

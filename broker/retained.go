@@ -110,19 +110,48 @@ func (b *Broker) retainedFor(sub packets.Subscription, existed bool, declared pa
 // retainedFor: after the SUBACK, with RETAIN set and the remaining expiry
 // countdown, through the session's deliveries (deliveries.go), each asked
 // permission for. Written outside retainedOrder: a slow subscriber's socket
-// holds up no publisher (invariant 16). A value the client's Receive
-// Maximum has no room for is not sent, and one over its Maximum Packet
-// Size is not sent either (MQTT-3.1.2-25); the subscriber stays connected.
+// holds up no publisher (invariant 16). Values past what the client's
+// Receive Maximum has room for now are handed to a goroutine of the
+// session's that sends them as acknowledgements free room
+// (retained_rest.go): this runs on the read loop, which must go back to
+// reading those acknowledgements. A value over the client's Maximum Packet
+// Size is not sent (MQTT-3.1.2-25); the subscriber stays connected.
 func (b *Broker) sendRetained(s *session, cl *mqtt.Client, sub packets.Subscription, matched []storage.Record) {
 	if s == nil || len(matched) == 0 {
 		return
 	}
+	if n, full := b.writeRetained(s, cl, sub, matched); full {
+		b.holdRetained(s, cl, sub, matched[n:])
+	}
+}
+
+// writeRetained writes recs in order until the client's Receive Maximum has
+// no room for the next QoS 1/2 value. It reports how many it took (written,
+// or let go: refused by the permission hook, too large, expired) and
+// whether it stopped for room; it also stops, reporting not full, once the
+// connection is no longer the one served or a write fails.
+func (b *Broker) writeRetained(s *session, cl *mqtt.Client, sub packets.Subscription, recs []storage.Record) (taken int, full bool) {
 	d := s.deliv
 	now := b.clock.Now()
 	v, maxSize := cl.Properties.ProtocolVersion, cl.Properties.Props.MaximumPacketSize
 	var buf bytes.Buffer
-	for i := range matched {
-		rec := &matched[i]
+	flush := func() bool {
+		if buf.Len() == 0 {
+			return true
+		}
+		err := d.write(cl, buf.Bytes())
+		buf.Reset()
+		if err != nil {
+			b.log.Debug("retained values not written", "client", cl.ID, "error", err)
+			return false
+		}
+		return true
+	}
+	for i := range recs {
+		rec := &recs[i]
+		if retainedExpired(rec, now) {
+			continue // expired while it waited for room: no longer served
+		}
 		if !b.permit(cl, routeRetained, rec.Topic) {
 			continue // a refusal on the way out is not a delivery: nothing sent
 		}
@@ -139,27 +168,25 @@ func (b *Broker) sendRetained(s *session, cl *mqtt.Client, sub packets.Subscript
 			left := rec.Timestamp.Add(time.Duration(*rec.MessageExpiry) * time.Second).Sub(now)
 			pk.Properties.MessageExpiryInterval = uint32((left + time.Second - 1) / time.Second)
 		}
+		// invariant 13: no more QoS 1/2 values unacknowledged than the
+		// client's Receive Maximum; the rest wait for room, not dropped.
 		if pk.FixedHeader.Qos > 0 && !d.reserve(cl, retainedAck{}, routeRetained, &pk, now) {
-			continue
+			if !flush() || !d.serves(cl) {
+				return i, false
+			}
+			return i, true
 		}
 		if err := encodeDelivery(&buf, &pk, v, maxSize); err != nil {
 			d.release(pk.PacketID, retainedAck{})
 			b.log.Debug("retained value not written", "client", cl.ID, "topic", rec.Topic, "error", err)
 			continue
 		}
-		if buf.Len() >= fanoutWriteBytes {
-			if err := d.write(cl, buf.Bytes()); err != nil {
-				b.log.Debug("retained values not written", "client", cl.ID, "error", err)
-				return
-			}
-			buf.Reset()
+		if buf.Len() >= fanoutWriteBytes && !flush() {
+			return i + 1, false
 		}
 	}
-	if buf.Len() > 0 {
-		if err := d.write(cl, buf.Bytes()); err != nil {
-			b.log.Debug("retained values not written", "client", cl.ID, "error", err)
-		}
-	}
+	flush()
+	return len(recs), false
 }
 
 func matched1(sub packets.Subscription, rec *storage.Record) matched {

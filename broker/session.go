@@ -61,6 +61,11 @@ type session struct {
 	// Reached without s.mu: a publisher enqueues there and takes no lock of
 	// the session's.
 	bcast atomic.Pointer[outbox]
+	// rests are the retained passes waiting for room in the client's
+	// Receive Maximum (retained_rest.go), and restBytes what they hold:
+	// bounded by limits.session_queue_bytes (invariant 13).
+	rests     map[*retainedRest]struct{}
+	restBytes int64
 }
 
 // subscription is one SUBSCRIBE filter with the options Sagüin serves it by.
@@ -113,6 +118,7 @@ func (s *session) stopPumps() {
 		cons = append(cons, c)
 	}
 	latest := s.latestConsumers()
+	rests := s.retainedRests()
 	s.mu.Unlock()
 	// The pumps stop first: one still running could take a packet id after
 	// the table was taken back, and its delivery would stay in the table —
@@ -131,6 +137,9 @@ func (s *session) stopPumps() {
 		if o := s.bcast.Load(); o != nil {
 			o.stop()
 		}
+		for _, r := range rests {
+			r.stop()
+		}
 	}()
 	s.deliv.stopWriting(stopped)
 	s.deliv.takeBack()
@@ -146,9 +155,13 @@ func (s *session) roomFreed(b *Broker) {
 	}
 	queues := s.queueEngines(b)
 	latest := s.latestConsumers()
+	rests := s.retainedRests()
 	s.mu.Unlock()
 	for _, c := range cons {
 		c.poke()
+	}
+	for _, r := range rests {
+		r.poke()
 	}
 	for _, c := range latest {
 		c.poke()

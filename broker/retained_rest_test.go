@@ -1,0 +1,227 @@
+package broker_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/brokertest"
+)
+
+// retainedRestConfig is a broker whose sessions may be owed at most
+// {{.Queue}} (limits.session_queue_bytes).
+const retainedRestConfig = `
+broker:
+  id: test
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: "127.0.0.1:0"
+  limits:
+    max_message_size: 4KiB
+    session_queue_bytes: %s
+  storage:
+    default: main
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      main:
+        type: memory
+        snapshot_dir: "{{.Dir}}/snap"
+channels:
+  events:
+    type: append
+    filter: "events/#"
+`
+
+// retainValues starts a broker and stores n retained QoS 1 values under
+// fleet/, each payloadBytes long.
+func retainValues(t *testing.T, queue string, n, payloadBytes int) *brokertest.Broker {
+	t.Helper()
+	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), fmt.Sprintf(retainedRestConfig, queue)))
+	pub := brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
+	for i := range n {
+		payload := fmt.Sprintf("%-*s", payloadBytes, fmt.Sprint("value ", i))
+		if code := retainPublish(t, pub, fmt.Sprint("fleet/", i), []byte(payload), 0); code != 0 {
+			t.Fatalf("retained publish %d: 0x%02x", i, code)
+		}
+	}
+	return b
+}
+
+// dialRawReceiveMaximum connects an MQTT 5 client that takes at most rm
+// unacknowledged QoS 1/2 PUBLISHes and acknowledges only what the test
+// tells it to.
+func dialRawReceiveMaximum(t *testing.T, addr, id string, rm uint16) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	var buf bytes.Buffer
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
+		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60},
+		Properties: packets.Properties{ReceiveMaximum: rm}}
+	if err := pk.ConnectEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	sub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 5, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "fleet/#", Qos: 1}}}
+	if err := sub.SubscribeEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	for _, want := range []byte{packets.Connack, packets.Suback} {
+		_ = conn.SetReadDeadline(time.Now().Add(wait))
+		got, err := brokertest.ReadPacket(r, 5)
+		if err != nil || got.FixedHeader.Type != want {
+			t.Fatalf("waiting for packet type %d: got %+v, %v", want, got.FixedHeader, err)
+		}
+	}
+	return conn, r
+}
+
+func readRetainedPublish(t *testing.T, conn net.Conn, r *bufio.Reader) packets.Packet {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	pk, err := brokertest.ReadPacket(r, 5)
+	if err != nil || pk.FixedHeader.Type != packets.Publish || !pk.FixedHeader.Retain {
+		t.Fatalf("waiting for a retained PUBLISH: %+v, %v", pk.FixedHeader, err)
+	}
+	return pk
+}
+
+func puback(t *testing.T, conn net.Conn, id uint16) {
+	t.Helper()
+	var buf bytes.Buffer
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: 5, PacketID: id}
+	if err := ack.PubackEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func quietFor(t *testing.T, conn net.Conn, r *bufio.Reader, d time.Duration) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(d))
+	if pk, err := brokertest.ReadPacket(r, 5); err == nil {
+		t.Fatalf("expected nothing more, got packet type %d (%q)", pk.FixedHeader.Type, pk.Payload)
+	}
+}
+
+func retainedRestRunning() bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*retainedRest).run")
+}
+
+// invariant 13 (MQTT-4.9.0-2): a subscriber whose Receive Maximum is 2 is
+// sent a new subscription's 10 retained QoS 1 values never more than 2
+// unacknowledged at a time, and all 10 of them, each once, in the order of
+// the pass, as its PUBACKs free room. Before, the values past the first two
+// were not sent.
+func TestInvariant13_RetainedPassPastTheReceiveMaximumWaitsForRoom(t *testing.T) {
+	const n = 10
+	b := retainValues(t, "1MiB", n, 16)
+	conn, r := dialRawReceiveMaximum(t, b.Address(), "narrow", 2)
+	seen := map[string]bool{}
+	for len(seen) < n {
+		var unacked []uint16
+		for len(unacked) < 2 && len(seen) < n {
+			pk := readRetainedPublish(t, conn, r)
+			if seen[pk.TopicName] {
+				t.Fatalf("%s sent twice (packet id %d), after %d values", pk.TopicName, pk.PacketID, len(seen))
+			}
+			seen[pk.TopicName] = true
+			unacked = append(unacked, pk.PacketID)
+		}
+		if len(seen) < n {
+			// Two unacknowledged: the broker must send nothing more now.
+			quietFor(t, conn, r, 100*time.Millisecond)
+		}
+		for _, id := range unacked {
+			puback(t, conn, id)
+		}
+	}
+	for i := range n {
+		if !seen[fmt.Sprint("fleet/", i)] {
+			t.Fatalf("fleet/%d was never sent; got %v", i, seen)
+		}
+	}
+	quietFor(t, conn, r, 200*time.Millisecond)
+	deadline := time.Now().Add(wait)
+	for retainedRestRunning() {
+		if time.Now().After(deadline) {
+			t.Fatal("every retained value was sent, but the goroutine that waited for room still runs")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A subscriber that never acknowledges holds a waiting rest; its
+// connection's end ends the goroutine (session.stopPumps), and nothing is
+// sent to a later connection of another client.
+func TestRetainedRestEndsWithItsConnection(t *testing.T) {
+	b := retainValues(t, "1MiB", 5, 16)
+	conn, r := dialRawReceiveMaximum(t, b.Address(), "deaf", 1)
+	readRetainedPublish(t, conn, r)
+	quietFor(t, conn, r, 100*time.Millisecond)
+	if !retainedRestRunning() {
+		t.Fatal("no goroutine holds the 4 values waiting for room")
+	}
+	_ = conn.Close()
+	deadline := time.Now().Add(wait)
+	for retainedRestRunning() {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection ended, but its retained rest still waits")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// invariant 13: what waits for room is bounded by limits.session_queue_bytes.
+// 10 values of 1 KiB do not fit 4 KiB: the subscriber with Receive Maximum 1
+// gets the first, and after its PUBACK nothing more; the subscription stands
+// (a later retained publish reaches it live), and a subscriber with room
+// gets all ten.
+func TestInvariant13_RetainedRestBoundedBySessionQueueBytes(t *testing.T) {
+	b := retainValues(t, "4KiB", 10, 1024)
+	conn, r := dialRawReceiveMaximum(t, b.Address(), "narrow", 1)
+	first := readRetainedPublish(t, conn, r)
+	puback(t, conn, first.PacketID)
+	quietFor(t, conn, r, 300*time.Millisecond)
+	if retainedRestRunning() {
+		t.Fatal("a rest over session_queue_bytes was kept")
+	}
+
+	pub := brokertest.Connect(t, b.Address(), "pub2", brokertest.ClientOptions{CleanStart: true})
+	if code := retainPublish(t, pub, "fleet/live", []byte("live"), 0); code != 0 {
+		t.Fatalf("retained publish: 0x%02x", code)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	live, err := brokertest.ReadPacket(r, 5)
+	if err != nil || live.FixedHeader.Type != packets.Publish || string(live.Payload) != "live" {
+		t.Fatalf("the subscription does not stand: %+v %q, %v", live.FixedHeader, live.Payload, err)
+	}
+
+	wide := brokertest.Connect(t, b.Address(), "wide", brokertest.ClientOptions{CleanStart: true})
+	wide.Subscribe("fleet/#", 1)
+	got := map[string]bool{}
+	for len(got) < 11 {
+		p := wide.Next(wait)
+		got[p.Topic] = true
+	}
+}
