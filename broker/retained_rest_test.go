@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -223,5 +224,37 @@ func TestInvariant13_RetainedRestBoundedBySessionQueueBytes(t *testing.T) {
 	for len(got) < 11 {
 		p := wide.Next(wait)
 		got[p.Topic] = true
+	}
+}
+
+// A stock client: mosquitto_sub connecting with Receive Maximum 1 is sent
+// all 20 retained values of its subscription, one at a time, each once.
+func TestMosquittoSubWithReceiveMaximumOneGetsEveryRetainedValue(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
+		t.Fatal("mosquitto_sub is not installed (Debian package mosquitto-clients; .ci/run installs it)")
+	}
+	const n = 20
+	b := retainValues(t, "1MiB", n, 16)
+	host, port, _ := strings.Cut(b.Address(), ":")
+	out, err := exec.Command("mosquitto_sub", "-h", host, "-p", port, "-V", "5", "-q", "1", "-i", "narrow-mosq",
+		"-D", "connect", "receive-maximum", "1", "-t", "fleet/#", "-C", fmt.Sprint(n), "-W", "20", "-F", "%t %r").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mosquitto_sub: %v\n%s", err, out)
+	}
+	got := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		topic, retained, _ := strings.Cut(l, " ")
+		if retained != "1" {
+			t.Fatalf("%q: not a retained value", l)
+		}
+		if got[topic] {
+			t.Fatalf("%s sent twice:\n%s", topic, out)
+		}
+		got[topic] = true
+	}
+	for i := range n {
+		if !got[fmt.Sprint("fleet/", i)] {
+			t.Fatalf("fleet/%d never came:\n%s", i, out)
+		}
 	}
 }
