@@ -124,6 +124,19 @@ func quietFor(t *testing.T, conn net.Conn, r *bufio.Reader, d time.Duration) {
 	}
 }
 
+// waitNoRetainedRest fails with msg unless every retained rest's goroutine
+// ends within wait.
+func waitNoRetainedRest(t *testing.T, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for retainedRestRunning() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func retainedRestRunning() bool {
 	buf := make([]byte, 1<<20)
 	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*retainedRest).run")
@@ -163,13 +176,7 @@ func TestInvariant13_RetainedPassPastTheReceiveMaximumWaitsForRoom(t *testing.T)
 		}
 	}
 	quietFor(t, conn, r, 200*time.Millisecond)
-	deadline := time.Now().Add(wait)
-	for retainedRestRunning() {
-		if time.Now().After(deadline) {
-			t.Fatal("every retained value was sent, but the goroutine that waited for room still runs")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitNoRetainedRest(t, "every retained value was sent, but the goroutine that waited for room still runs")
 }
 
 // A subscriber that never acknowledges holds a waiting rest; its
@@ -184,13 +191,7 @@ func TestRetainedRestEndsWithItsConnection(t *testing.T) {
 		t.Fatal("no goroutine holds the 4 values waiting for room")
 	}
 	_ = conn.Close()
-	deadline := time.Now().Add(wait)
-	for retainedRestRunning() {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection ended, but its retained rest still waits")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitNoRetainedRest(t, "the connection ended, but its retained rest still waits")
 }
 
 // invariant 13: what waits for room is bounded by limits.session_queue_bytes.
