@@ -1,3 +1,5 @@
+//go:build !(linux && (386 || arm || mips || mipsle))
+
 // Command walprobe runs the sqlite provider's connection pattern without
 // the broker: one writer (inserts, deletes, a keyed table updated in place),
 // three readers on a query_only pool of two connections that check every
