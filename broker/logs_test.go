@@ -266,6 +266,12 @@ func TestLogClientMistakesAreOneBoundedWarnLineEach(t *testing.T) {
 // of refused publishes, publishes sent in one segment).
 func dialRawMQTT5(t *testing.T, addr, id string) (net.Conn, *bufio.Reader) {
 	t.Helper()
+	return dialRawMQTT5With(t, addr, id, packets.Properties{})
+}
+
+// dialRawMQTT5With is dialRawMQTT5 with the CONNECT's properties given.
+func dialRawMQTT5With(t *testing.T, addr, id string, props packets.Properties) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +279,7 @@ func dialRawMQTT5(t *testing.T, addr, id string) (net.Conn, *bufio.Reader) {
 	t.Cleanup(func() { _ = conn.Close() })
 	var buf bytes.Buffer
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60}}
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60}, Properties: props}
 	if err := pk.ConnectEncode(&buf); err != nil {
 		t.Fatal(err)
 	}
