@@ -73,6 +73,7 @@ type Broker struct {
 	queues    []*channel
 	engines   map[string]*queueEngine // by queue name
 	resolver  *topic.Resolver
+	routing   routing            // what the configuration decides of topics and filters (route.go)
 	retained  storage.ValueStore // broadcast retained values (broker.retained)
 	// sessionStore holds durable sessions (broker.session.storage).
 	sessionStore storage.ValueStore
@@ -227,6 +228,7 @@ func (b *Broker) openChannels() error {
 	if b.resolver = b.cfg.Resolver(); b.resolver == nil {
 		return errors.New("the configuration has no topic resolver: it was not made by config.Load")
 	}
+	b.routing = newRouting(b.cfg)
 	b.countStrayLatestValues() // latest.go: RFC 0002 §2.1, a filter edited
 	return nil
 }

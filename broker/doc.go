@@ -119,7 +119,9 @@
 //
 // SUBSCRIBE. OnPacketRead waits for the connection's earlier publishes,
 // takes the owner's turn (ownership.go ownerTurn) and calls subscribe.go
-// subscribe: each filter judged (filterCode, queueFormCode), the channel
+// subscribe: each filter judged by the configuration's routing (route.go
+// routing.filterCode, routing.queueFormCode; saguin --route asks the same
+// code), the channel
 // consumers made (addChannelSubscription, startingPosition; latest.go
 // addLatestSubscriptions; queueEngine.addWorker), the session stored, the
 // SUBACK written, and then the retained pass: retained.go retainedFor
@@ -252,7 +254,7 @@
 //  3. a superseded delivery cannot resolve anything: queueEngine.answer,
 //     queueEngine.newDeliveryIDLocked.
 //  4. exactly one consumer holds a queue record: queueEngine.removeWorker,
-//     queueEngine.claimLocked, Broker.queueFormCode.
+//     queueEngine.claimLocked, routing.queueFormCode.
 //  5. the dead-letter move is atomic: queueEngine.deadLetter,
 //     queueEngine.claimLocked (the move itself is storage's DeadLetter).
 //  6. transport ack is never application ack: queueAck.acked,
@@ -265,8 +267,8 @@
 //     providers, which assign every offset; this package only reads them.
 //  10. the broker is the only enforcement point: asLatestValue,
 //     Broker.publishWill.
-//  11. a wildcard never reaches a queue: Broker.filterCode,
-//     Broker.addChannelSubscription.
+//  11. a wildcard never reaches a queue: routing.insideQueue (route.go,
+//     asked by Broker.filterCode), Broker.addChannelSubscription.
 //  12. the configuration decides a topic's channel: kept by the config and
 //     topic packages (the checked channel set, the resolver's most exact
 //     filter); this package uses the one resolver config.Load built when it

@@ -296,11 +296,9 @@ func (b *Broker) endStoredSession(id string) {
 // removed, a filter now inside a queue) ends the session rather than serve
 // it something other than it was granted.
 func (b *Broker) refusedOnRestore(st storedSession) string {
-	probe := b.mqtt.NewClient(nil, "restore", "", false)
-	probe.Properties.ProtocolVersion = st.Protocol
 	for _, f := range st.Subscriptions {
 		sub := packets.Subscription{Filter: f.Filter, Qos: f.QoS, NoLocal: f.NoLocal}
-		if code, _ := b.filterCode(probe, sub); code >= 0x80 {
+		if code, _ := b.routing.filterCode(sub, st.Protocol == 5); code >= 0x80 {
 			return fmt.Sprintf("filter %q answered 0x%02X", f.Filter, code)
 		}
 		if len(f.Partition) > 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"saguin.dev/broker/partition"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/internal/logging"
-	"saguin.dev/broker/topic"
 	"saguin.dev/storage"
 )
 
@@ -302,103 +300,12 @@ func withSubscriptions(cl *mqtt.Client, granted []packets.Subscription) []packet
 	return out
 }
 
-// filterCode decides one filter: the granted QoS, or the refusal RFC 0002
-// §3.2 names for it and why (for the log line, logFilterRefusals).
+// filterCode decides one filter of a client's SUBSCRIBE: the granted QoS,
+// or the refusal RFC 0002 §3.2 names for it and why (for the log line,
+// logFilterRefusals). The decision is the configuration's alone
+// (routing.filterCode); the client adds only its protocol version.
 func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, string) {
-	filter := f.Filter
-	lim := b.cfg.Broker.Limits
-	inner := filter
-	if rest, ok := strings.CutPrefix(filter, "$share/"); ok {
-		group, in, ok := strings.Cut(rest, "/")
-		if !ok || group == "" || strings.ContainsAny(group, "+#") || in == "" ||
-			strings.HasPrefix(strings.ToLower(in), "$share/") {
-			return subackFilterInvalid, "a shared subscription is $share/<group>/<filter>, the group named without wildcards"
-		}
-		if cl.Properties.ProtocolVersion < 5 {
-			return subackFilterInvalid, "shared subscriptions need MQTT 5"
-		}
-		inner = in
-	} else if strings.HasPrefix(strings.ToLower(filter), "$share/") {
-		return subackFilterInvalid, "$share is written in lower case"
-	}
-	if err := topic.ValidFilter(inner); err != nil {
-		return subackFilterInvalid, err.Error()
-	}
-	if n := strings.Count(inner, "/") + 1; n > lim.MaxTopicLevels {
-		return subackFilterInvalid, fmt.Sprintf("filter has %d levels; limits.max_topic_levels is %d", n, lim.MaxTopicLevels)
-	}
-	if inner == "$SYS" || strings.HasPrefix(inner, "$SYS/") {
-		// $SYS exactly: topics are case-sensitive (MQTT 5 §4.7.3), and
-		// $SYSTEM/x or $sys/x are ordinary, as they are to publish.
-		return subackNotAuthorized, "$SYS is the broker's"
-	}
-	if strings.HasPrefix(inner, "$saguin/") {
-		if inner != filter {
-			return subackNotAuthorized, "$saguin/ subscriptions cannot be shared"
-		}
-		if name, ok := strings.CutPrefix(inner, "$saguin/queue/"); ok {
-			return b.queueFormCode(cl, f, name)
-		}
-		if name, ok := seekReplyChannel(inner); ok {
-			if ch := b.channels[name]; ch != nil && ch.log != nil {
-				return min(f.Qos, 2), ""
-			}
-			return subackNotAuthorized, fmt.Sprintf("%s is not an append channel, which seek replies come from", name)
-		}
-		return subackNotAuthorized, "no such $saguin/ subscription: the forms are $saguin/queue/<queue> and $saguin/consumer/<channel>/seek/reply"
-	}
-	// invariant 11: a filter lying wholly inside a queue's filter, and
-	// reaching that queue, would be granted and then served none of what it
-	// asked for: refused, naming the one form that consumes a queue. (A
-	// filter inside the queue's filter that reaches only its dead-letter
-	// channel, jobs/__dlq/#, is an ordinary append subscription.)
-	reached := b.resolver.Reaching(inner)
-	for _, q := range b.queues {
-		if !slices.Contains(reached, q.name) {
-			continue
-		}
-		for _, qf := range q.cfg.Filters {
-			if topic.Inside(inner, qf) {
-				return subackFilterInvalid, fmt.Sprintf("the filter lies inside queue %s; a queue is consumed by subscribing to $saguin/queue/%s", q.name, q.name)
-			}
-		}
-	}
-	return min(f.Qos, 2), ""
-}
-
-// queueFormCode decides a subscription to $saguin/queue/<name>: the one form
-// that consumes a queue (invariant 4). The last level is compared as a name,
-// not as a filter, so no wildcard or deeper form can stand in for it.
-func (b *Broker) queueFormCode(cl *mqtt.Client, f packets.Subscription, name string) (byte, string) {
-	// invariant 4: the one form that consumes a queue; its name is compared whole, never matched as a filter.
-	if b.engines[name] == nil {
-		return subackFilterInvalid, fmt.Sprintf("%s is not a queue", name) // a __dlq name included
-	}
-	if cl.Properties.ProtocolVersion < 5 {
-		// A worker needs Correlation Data and a Response Topic to answer.
-		return subackFilterInvalid, "a queue worker needs MQTT 5: it answers with Correlation Data and a Response Topic"
-	}
-	if f.NoLocal {
-		// A job withheld from the one worker that published it would never
-		// move again (RFC 0003 "Delivery").
-		return subackFilterInvalid, "a queue is consumed without No Local"
-	}
-	if f.Qos == 0 {
-		return subackImplementation, "a queue is consumed at QoS 1: a job is leased at its PUBACK" // a job needs a PUBACK to lease
-	}
-	return 1, "" // QoS 2 is granted as 1
-}
-
-func seekReplyChannel(filter string) (string, bool) {
-	rest, ok := strings.CutPrefix(filter, "$saguin/consumer/")
-	if !ok {
-		return "", false
-	}
-	name, ok := strings.CutSuffix(rest, "/seek/reply")
-	if !ok || strings.ContainsAny(name, "/+#") {
-		return "", false
-	}
-	return name, true
+	return b.routing.filterCode(f, cl.Properties.ProtocolVersion == 5)
 }
 
 // addChannelSubscription records filter f on the session and gives it a

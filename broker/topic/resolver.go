@@ -374,3 +374,40 @@ func (s *reachSearch) step(alive []*node, best candidate, fi, depth int, v strin
 	}
 	s.walk(nextAlive, best, fi, depth+1, depth == 0 && !fresh && v == "")
 }
+
+// MoreExact reports whether filter a is more exact than filter b by the
+// order the resolver decides with (RFC 0002 §2.1): compared level by level
+// from the left, at the first level where they differ a literal beats +,
+// + beats #, and a filter ending there beats one continuing with #. Two
+// identical filters are not more exact than each other. saguin --route
+// lists a configuration's filters in this order.
+func MoreExact(a, b string) bool {
+	ra, ha := filterRanks(a)
+	rb, hb := filterRanks(b)
+	for i := 0; ; i++ {
+		ka, kb := rankAt(ra, i, ha), rankAt(rb, i, hb)
+		if ka != kb {
+			return ka > kb
+		}
+		if i >= len(ra) || i >= len(rb) {
+			return false
+		}
+	}
+}
+
+// filterRanks is a filter's level kinds as the trie records them (a
+// trailing # is not a level: it is the hash flag).
+func filterRanks(f string) (ranks []byte, hash bool) {
+	lv := Split(f)
+	if n := len(lv); n > 0 && lv[n-1] == MultiLevel {
+		lv, hash = lv[:n-1], true
+	}
+	ranks = make([]byte, len(lv))
+	for i, l := range lv {
+		ranks[i] = rankLiteral
+		if l == SingleLevel {
+			ranks[i] = rankPlus
+		}
+	}
+	return ranks, hash
+}

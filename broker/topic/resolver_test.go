@@ -391,3 +391,35 @@ func BenchmarkReachEverything(b *testing.B) {
 		}
 	}
 }
+
+// MoreExact is the resolver's own order: of two filters that both match a
+// topic, the resolver picks the one MoreExact says is more exact, whichever
+// order the routes are given in.
+func TestMoreExactAgreesWithTheResolver(t *testing.T) {
+	filters := []string{"a/#", "a/+", "a/b", "a/+/#", "a/b/#", "+/b", "+/+", "#", "a/+/c", "+/b/c", "a/b/c", "+/#", "a/b/+"}
+	topics := []string{"a", "a/b", "a/c", "a/b/c", "a/x/c", "x/b/c", "a/b/d", "x/b", "a/b/c/d"}
+	for i, fa := range filters {
+		for _, fb := range filters[i+1:] {
+			r, err := NewResolver([]Route{{Channel: "A", Filter: fa}, {Channel: "B", Filter: fb}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tp := range topics {
+				if !Match(fa, tp) || !Match(fb, tp) {
+					continue
+				}
+				got, _ := r.Resolve(tp)
+				want := "B"
+				if MoreExact(fa, fb) {
+					want = "A"
+				}
+				if got != want {
+					t.Errorf("topic %q, filters A=%q B=%q: resolver picks %s, MoreExact says %s", tp, fa, fb, got, want)
+				}
+				if MoreExact(fa, fb) == MoreExact(fb, fa) {
+					t.Errorf("MoreExact(%q, %q) and its converse agree", fa, fb)
+				}
+			}
+		}
+	}
+}

@@ -38,7 +38,11 @@ const version = "0.1.0-dev"
 // revision is set by the Makefile (-ldflags -X main.revision=...).
 var revision string
 
-const usageLine = "usage: saguin --config FILE | --check-config FILE | --version | --help"
+// stdin is where the list forms (--route with no operand) read; a test
+// replaces it.
+var stdin io.Reader = os.Stdin
+
+const usageLine = "usage: saguin --config FILE | --check-config FILE | --route FILE [TOPIC|FILTER] [--json] | --version | --help"
 
 const usageText = usageLine + `
 
@@ -50,6 +54,16 @@ Sagüin, a single-node MQTT 5 and 3.1.1 broker with durable channels.
                         anything; print every finding as file:line: key
                         "value": fix, and the warnings; exit 0 when it is
                         valid, 1 when not. Not together with --config.
+  --route FILE [TOPIC|FILTER]
+                        where a topic lands (its channel and the filter that
+                        claims it), or how a subscription filter is served
+                        by each channel it reaches (replayed, current,
+                        excluded, live-shared, live, worker, refused-0xNN),
+                        then the routing table, most exact filter first.
+                        With no operand, one topic or filter per line is
+                        read from stdin and four tab-separated columns
+                        printed per row ("-" where nothing applies).
+  --json                with --route: one JSON object per row, null for "-"
   --version             print the name, version and revision, and exit
   --help                print this help, and exit
 
@@ -72,11 +86,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "")
 	checkPath := fs.String("check-config", "", "")
 	showVersion := fs.Bool("version", false, "")
+	routePath := fs.String("route", "", "")
+	asJSON := fs.Bool("json", false, "")
 	usageError := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "saguin: "+format+"\n%s\n", append(a, usageLine)...)
 		return 2
 	}
-	if err := fs.Parse(args); err != nil {
+	operands, err := parseInterleaved(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usageText)
 			return 0
@@ -88,8 +105,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			version, buildRevision(), buildString())
 		return 0
 	}
-	if fs.NArg() > 0 {
-		return usageError("unexpected argument %q: saguin takes flags only, there are no subcommands", fs.Arg(0))
+	if *asJSON && *routePath == "" {
+		return usageError("--json goes with --route: it writes that command's rows as JSON lines")
+	}
+	if *routePath != "" {
+		if *cfgPath != "" || *checkPath != "" {
+			return usageError("--route reads its own configuration operand; give it without --config or --check-config")
+		}
+		return routeCommand(*routePath, operands, *asJSON, stdin, stdout, stderr)
+	}
+	if len(operands) > 0 {
+		return usageError("unexpected argument %q: saguin takes flags only, there are no subcommands", operands[0])
 	}
 	if *checkPath != "" && *cfgPath != "" {
 		return usageError("--check-config and --config are given together: --check-config only checks a file and starts nothing; give one of them")
@@ -301,4 +327,26 @@ func buildString() string {
 		}
 	}
 	return s
+}
+
+// parseInterleaved parses flags that may follow operands (operations.md
+// §4: "operands may precede later flags"): the flag package stops at the
+// first operand, so the rest is parsed again after it. "--" ends the
+// flags; everything after it is an operand.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return operands, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(operands, rest...), nil
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
 }
