@@ -2,6 +2,8 @@
 //
 //	saguin --config FILE         run on a configuration file
 //	saguin --check-config FILE   validate a configuration, report every finding, exit
+//	saguin --acl FILE [USER [CLIENT-ID]] [--json]
+//	                             explain what a user may do under FILE's acl_file
 //	saguin --version             print the name, version and revision
 //	saguin --help                print the usage
 //
@@ -26,6 +28,7 @@ import (
 	"text/tabwriter"
 
 	"saguin.dev/broker"
+	"saguin.dev/broker/acl"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/faults"
 	"saguin.dev/broker/internal/logging"
@@ -38,7 +41,7 @@ const version = "0.1.0-dev"
 // revision is set by the Makefile (-ldflags -X main.revision=...).
 var revision string
 
-const usageLine = "usage: saguin --config FILE | --check-config FILE | --version | --help"
+const usageLine = "usage: saguin --config FILE | --check-config FILE | --acl FILE [USER [CLIENT-ID]] [--json] | --version | --help"
 
 const usageText = usageLine + `
 
@@ -50,6 +53,14 @@ Sagüin, a single-node MQTT 5 and 3.1.1 broker with durable channels.
                         anything; print every finding as file:line: key
                         "value": fix, and the warnings; exit 0 when it is
                         valid, 1 when not. Not together with --config.
+  --acl FILE [USER [CLIENT-ID]]
+                        explain what USER may do under FILE's acl_file: the
+                        pattern that applies and those it shadows, whether
+                        CLIENT-ID may use the name, each grant of its roles,
+                        its publish limits; tab-separated rows of user, role,
+                        kind, subject, verbs, rate, bytes. Without USER, one
+                        name per line on stdin. Starts nothing.
+  --json                with --acl: one JSON object per name instead
   --version             print the name, version and revision, and exit
   --help                print this help, and exit
 
@@ -72,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "")
 	checkPath := fs.String("check-config", "", "")
 	showVersion := fs.Bool("version", false, "")
+	aclConfig := fs.String("acl", "", "")
+	asJSON := fs.Bool("json", false, "")
 	usageError := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "saguin: "+format+"\n%s\n", append(a, usageLine)...)
 		return 2
@@ -87,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Sagüin — single-node MQTT 5 and 3.1.1 broker with durable channels\nversion %s, revision %s\nbuild %s\n",
 			version, buildRevision(), buildString())
 		return 0
+	}
+	if *aclConfig != "" || *asJSON {
+		return explainACL(fs, aclConfig, asJSON, os.Stdin, stdout, stderr)
 	}
 	if fs.NArg() > 0 {
 		return usageError("unexpected argument %q: saguin takes flags only, there are no subcommands", fs.Arg(0))
@@ -107,7 +123,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // load reads a configuration with every check of this build in one pass.
 func load(path string) (*config.Config, error) {
-	return config.Load(path, broker.Unserved)
+	return config.Load(path, broker.Unserved, acl.Check)
 }
 
 // printInvalid writes a configuration's findings to stderr as
