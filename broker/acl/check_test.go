@@ -64,12 +64,18 @@ func TestTopicRuleWhollyInsideAChannelIsRefusedNamingBoth(t *testing.T) {
       allow: [read, write]
     - topic: "#"
       allow: [read]
+    - topic: "jobs/{a,b}"
+      allow: [publish]
 users:
   alice: [r]
 `)
 	expect(t, list, path,
 		w(3, "roles.r[0].topic", "lies wholly inside the filter of channel events (filter events/#, ",
-			"saguin.yaml:"+strconv.Itoa(eventsLine)+")", `write it as channel: events with filter: "events/%u/#"`))
+			"saguin.yaml:"+strconv.Itoa(eventsLine)+")", `write it as channel: events with filter: "events/%u/#"`),
+		// Each finding of a rule, not only its first.
+		w(9, "roles.r[3].topic", `its expansion "jobs/a" lies wholly inside the filter of channel jobs`),
+		w(9, "roles.r[3].topic", `its expansion "jobs/b" lies wholly inside`),
+		w(10, "roles.r[3].allow[0]", "unknown verb"))
 }
 
 func TestFilterDeeperThanMaxTopicLevelsIsRefused(t *testing.T) {

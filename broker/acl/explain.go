@@ -93,7 +93,9 @@ func (a *ACL) Explain(user string, clientID *string) Explanation {
 	return x
 }
 
-// describe renders one rule of a role for this identity.
+// describe renders one rule of a role for this identity. A withheld rule
+// is described for the identity ("%u", "%c"), which keeps the filter as
+// written: its substituted form is exactly what it must not grant.
 func (a *ACL) describe(ro *role, ru *rule, user, clientID string, withClientID bool) Grant {
 	gr := Grant{Role: ro.name, Verbs: ru.verbs.names(), Denies: ru.denies.Names()}
 	switch ru.kind {

@@ -72,7 +72,7 @@ func TestExplanationWithoutClientIDWithheldAndUnmatched(t *testing.T) {
 		t.Fatalf("client id a/b: allowed %v, %d grants, withheld %+v", *x.ClientIDAllowed, len(x.Grants), x.GrantsWithheld)
 	}
 	wh := x.GrantsWithheld[0]
-	if wh.Role != "devices" || wh.Kind != "topic" || wh.Subject != "home/a/b/#" || wh.Reason != `%c is the client id, which holds "/"` {
+	if wh.Role != "devices" || wh.Kind != "topic" || wh.Subject != "home/%c/#" || wh.Reason != `%c is the client id, which holds "/"` {
 		t.Errorf("withheld %+v", wh)
 	}
 

@@ -99,7 +99,9 @@ func (a *ACL) grants(user, clientID string, withClientID bool) *Grants {
 	}
 	a.eachRule(e, user, clientID, withClientID, func(ro *role, ru *rule, filters []string, withheld string) {
 		if withheld != "" {
-			g.withheld = append(g.withheld, WithheldGrant{Grant: a.describe(ro, ru, user, clientID, withClientID), Reason: withheld})
+			shown := a.describe(ro, ru, "%u", "%c", true) // as written
+
+			g.withheld = append(g.withheld, WithheldGrant{Grant: shown, Reason: withheld})
 			return
 		}
 		g.add(ru, filters)

@@ -279,6 +279,9 @@ func (p *parser) topicRule(v config.Node, b *config.Block, ru *rule) bool {
 	written, filters, good := p.filter(tv)
 	ru.written, ru.filters = written, filters
 	ru.usesUser, ru.usesClient = strings.Contains(written, "%u"), strings.Contains(written, "%c")
+	if good && p.env.channels != nil {
+		good = p.reachesBroadcast(tv, written, filters)
+	}
 	if fv, has := b.Get("filter"); has {
 		d.Add(fv, "a topic: rule is its own filter; filter: narrows channel rules only; remove it, or write the narrowing into topic:")
 		good = false
@@ -287,9 +290,6 @@ func (p *parser) topicRule(v config.Node, b *config.Block, ru *rule) bool {
 	verbs, ok := p.allow(v, b, "topic")
 	ru.verbs = verbs
 	good = good && ok
-	if good && p.env.channels != nil {
-		good = p.reachesBroadcast(tv, written, filters)
-	}
 	b.Finish("topic", "allow")
 	return good
 }
