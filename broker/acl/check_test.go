@@ -431,7 +431,7 @@ func TestYAMLLevelFindings(t *testing.T) {
 
 // Invariant 13: the file is read through a bound, and aliases cannot make
 // the reader walk more than a bounded number of values.
-func TestReadingIsBounded(t *testing.T) {
+func TestInvariant13_ACLFileReadingIsBounded(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	big := write(t, dir, "big.yaml", "users: {}\n#"+strings.Repeat("x", config.MaxFileSize)+"\n")

@@ -472,8 +472,8 @@ func (p *parser) filter(v config.Node) (written string, filters []string, ok boo
 		d.Add(v, "%v", err)
 		return s, nil, false
 	}
-	// Expansions count as values read: a braced rule used through many
-	// aliases would otherwise multiply past the node bound.
+	// invariant 13: expansions count as values read; a braced rule used
+	// through many aliases would otherwise multiply past the node bound.
 	if !d.Spend(len(filters), v) {
 		return s, nil, false
 	}
@@ -764,6 +764,8 @@ func (p *parser) index(entries []*entry) (map[string]*entry, []*entry) {
 			exact[e.pattern] = e
 		}
 	}
+	// invariant 13: patterns with '*' are compared pairwise; their count
+	// is bounded before any pair is.
 	if len(globs) > maxGlobs {
 		e := globs[maxGlobs]
 		p.d.AddKey(e.line, usersKey(e.pattern), "the file has more than %d patterns with *, which are compared pairwise for ties; write names out, or group users under fewer patterns", maxGlobs)

@@ -59,6 +59,7 @@ func globsMeet(a, b string, work *int) (name string, meets, ok bool) {
 	if !affixesAgree(a, b) {
 		return "", false, true
 	}
+	// invariant 13: the walk's table is charged before it is allocated.
 	cells := (len(a) + 1) * (len(b) + 1)
 	if *work < cells {
 		return "", false, false

@@ -117,6 +117,7 @@ const maxNameLine = topic.MaxLength + 2
 // is then 1.
 func (e aclExplainer) explainStdin(stdin io.Reader, stderr io.Writer) int {
 	sc := bufio.NewScanner(stdin)
+	// invariant 13: a line is read into at most maxNameLine bytes.
 	sc.Buffer(make([]byte, 0, 4096), maxNameLine)
 	code := 0
 	for n := 1; sc.Scan(); n++ {
