@@ -290,11 +290,6 @@ func loadFor(path string, wordSize int, checks ...Check) (*Config, error) {
 	cfg.Source, cfg.at = path, l.at
 	for _, check := range checks {
 		for _, f := range check(cfg) {
-			// A check may report on a file the configuration names (the
-			// ACL file): its findings sort after the files read here.
-			if _, seen := l.files[f.File]; f.File != "" && !seen {
-				l.files[f.File] = len(l.files)
-			}
 			l.record(f)
 		}
 	}
