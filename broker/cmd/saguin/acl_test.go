@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -161,25 +162,18 @@ func TestACLJSONOnePerLine(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var x struct {
-		User            string   `json:"user"`
-		ACLFile         string   `json:"acl_file"`
-		PatternApplied  *string  `json:"pattern_applied"`
-		PatternsMatched []string `json:"patterns_matched"`
-		PatternsInFile  []string `json:"patterns_in_file"`
-		ClientIDAllowed *bool    `json:"client_id_allowed"`
-		Grants          []struct {
-			Role, Kind, Subject string
-			Verbs, Denies       []string
-		} `json:"grants"`
-		GrantsWithheld []any `json:"grants_withheld"`
-	}
+	var x map[string]any
 	if err := json.Unmarshal([]byte(out), &x); err != nil || strings.Count(out, "\n") != 1 {
 		t.Fatalf("not one JSON object on one line: %v\n%s", err, out)
 	}
-	if x.User != "dev-7" || !strings.HasSuffix(x.ACLFile, "/acl.yaml") || *x.PatternApplied != "dev-*" ||
-		x.ClientIDAllowed == nil || *x.ClientIDAllowed || len(x.Grants) != 4 || x.GrantsWithheld == nil ||
-		x.Grants[3].Kind != "broker" || strings.Join(x.Grants[3].Denies, ",") != "will,qos2" {
+	grants, _ := x["grants"].([]any)
+	if len(grants) != 4 {
+		t.Fatalf("%d grants, want 4: %s", len(grants), out)
+	}
+	last, _ := grants[3].(map[string]any)
+	if x["user"] != "dev-7" || !strings.HasSuffix(x["acl_file"].(string), "/acl.yaml") || x["pattern_applied"] != "dev-*" ||
+		x["client_id_allowed"] != false || x["grants_withheld"] == nil ||
+		last["kind"] != "broker" || fmt.Sprint(last["denies"]) != "[will qos2]" {
 		t.Errorf("explanation: %s", out)
 	}
 
