@@ -65,3 +65,24 @@ func TestMayReadDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// For runs once per connection, at CONNECT.
+func BenchmarkFor(b *testing.B) {
+	a := mustLoad(b, benchACL)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.For("dev-7", "dev-7-a")
+	}
+}
+
+// CheckSubscribe runs once per SUBSCRIBE filter.
+func BenchmarkCheckSubscribe(b *testing.B) {
+	g := mustLoad(b, benchACL).For("dev-7", "dev-7-a")
+	if err := g.CheckSubscribe("events/dev-7/in/#"); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = g.CheckSubscribe("events/dev-7/in/#")
+	}
+}
