@@ -58,6 +58,15 @@ type loader struct {
 	// wordSize is the build's int size in bits (strconv.IntSize; a test
 	// sets another): what a 32-bit process can address (wordsize.go).
 	wordSize int
+	// other is set when the file read is not the configuration but one it
+	// names (ReadDocument): the messages that speak of the file say so.
+	other *otherFile
+}
+
+// otherFile is what a message says of a file read through ReadDocument.
+type otherFile struct {
+	name    string // "an ACL file"
+	sizeFix string // what to do about a file past MaxFileSize
 }
 
 // remember records where a key read is written, its value as written when
@@ -130,6 +139,14 @@ func (l *loader) warn(file string, line int, key, problem string, args ...any) {
 	l.warnings = append(l.warnings, Finding{File: file, Line: line, Key: key, Problem: fmt.Sprintf(problem, args...)})
 }
 
+// documentName is how a message names the kind of file being read.
+func (l *loader) documentName() string {
+	if l.other != nil {
+		return l.other.name
+	}
+	return "a configuration"
+}
+
 // readYAML reads and parses one file into its document's root node, bounded
 // by MaxFileSize. A file holding more than one document is refused, since
 // the second would be silently ignored.
@@ -146,9 +163,18 @@ func (l *loader) readYAML(path, key string, line int, from string) (*yaml.Node, 
 		return nil, false
 	}
 	if len(data) > MaxFileSize {
-		l.addKey(from, line, key, "%s is larger than %s, the most a configuration file may be; split it with !include", path, FormatBytes(MaxFileSize))
+		what, fix := "a configuration file", "split it with !include"
+		if l.other != nil {
+			what, fix = l.other.name, l.other.sizeFix
+		}
+		l.addKey(from, line, key, "%s is larger than %s, the most %s may be; %s", path, FormatBytes(MaxFileSize), what, fix)
 		return nil, false
 	}
+	return l.decodeYAML(path, data)
+}
+
+// decodeYAML parses one file's bytes into its document's root node.
+func (l *loader) decodeYAML(path string, data []byte) (*yaml.Node, bool) {
 	if _, seen := l.files[path]; !seen {
 		l.files[path] = len(l.files)
 	}
@@ -165,7 +191,7 @@ func (l *loader) readYAML(path, key string, line int, from string) (*yaml.Node, 
 	var second yaml.Node
 	if err := dec.Decode(&second); err == nil {
 		l.record(Finding{File: path, Line: second.Line, Key: "(yaml)",
-			Problem: "the file holds a second YAML document (after ---); a configuration is one document"})
+			Problem: "the file holds a second YAML document (after ---); " + l.documentName() + " is one document"})
 	}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		return doc.Content[0], true
@@ -218,8 +244,12 @@ func (l *loader) spend(n int, v val) bool {
 	if l.budget < 0 {
 		l.overspent = true
 		// Kept even past maxFindings: it explains the others.
+		what := "the configuration"
+		if l.other != nil {
+			what = "the file"
+		}
 		l.findings = append(l.findings, Finding{File: v.file, Line: v.line(), Key: v.key,
-			Problem: fmt.Sprintf("the configuration expands to more than %d values through aliases and merge keys (<<); write it out plainly", maxYAMLNodes)})
+			Problem: fmt.Sprintf("%s expands to more than %d values through aliases and merge keys (<<); write it out plainly", what, maxYAMLNodes)})
 		return false
 	}
 	return true
@@ -582,6 +612,10 @@ func (l *loader) includePath(e val, from string) (string, bool) {
 func (l *loader) misplacedInclude(v val) bool {
 	if v.n.Tag != includeTag {
 		return false
+	}
+	if l.other != nil {
+		l.add(v, "!include is read in the configuration only; write %s out whole", l.other.name)
+		return true
 	}
 	l.usedInc[v.n] = true
 	l.add(v, "!include is allowed only as a list entry under channels: or broker.storage.providers")

@@ -2,6 +2,8 @@
 //
 //	saguin --config FILE         run on a configuration file
 //	saguin --check-config FILE   validate a configuration, report every finding, exit
+//	saguin --acl FILE [USER [CLIENT-ID]] [--json]
+//	                             explain what a user may do under FILE's acl_file
 //	saguin --version             print the name, version and revision
 //	saguin --help                print the usage
 //
@@ -26,6 +28,7 @@ import (
 	"text/tabwriter"
 
 	"saguin.dev/broker"
+	"saguin.dev/broker/acl"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/faults"
 	"saguin.dev/broker/internal/logging"
@@ -38,11 +41,11 @@ const version = "0.1.0-dev"
 // revision is set by the Makefile (-ldflags -X main.revision=...).
 var revision string
 
-// stdin is where the list forms (--route with no operand) read; a test
+// stdin is where the list forms (--route and --acl with no operand) read; a test
 // replaces it.
 var stdin io.Reader = os.Stdin
 
-const usageLine = "usage: saguin --config FILE | --check-config FILE | --route FILE [TOPIC|FILTER] [--json] | --version | --help"
+const usageLine = "usage: saguin --config FILE | --check-config FILE | --route FILE [TOPIC|FILTER] [--json] | --acl FILE [USER [CLIENT-ID]] [--json] | --version | --help"
 
 const usageText = usageLine + `
 
@@ -63,7 +66,15 @@ Sagüin, a single-node MQTT 5 and 3.1.1 broker with durable channels.
                         With no operand, one topic or filter per line is
                         read from stdin and four tab-separated columns
                         printed per row ("-" where nothing applies).
-  --json                with --route: one JSON object per row, null for "-"
+  --acl FILE [USER [CLIENT-ID]]
+                        explain what USER may do under FILE's acl_file: the
+                        pattern that applies and those it shadows, whether
+                        CLIENT-ID may use the name, each grant of its roles,
+                        its publish limits; tab-separated rows of user, role,
+                        kind, subject, verbs, rate, bytes. Without USER, one
+                        name per line on stdin. Starts nothing.
+  --json                with --route or --acl: one JSON object per row (--route,
+                        null for "-") or per name (--acl) instead
   --version             print the name, version and revision, and exit
   --help                print this help, and exit
 
@@ -87,6 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	checkPath := fs.String("check-config", "", "")
 	showVersion := fs.Bool("version", false, "")
 	routePath := fs.String("route", "", "")
+	aclConfig := fs.String("acl", "", "")
 	asJSON := fs.Bool("json", false, "")
 	usageError := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "saguin: "+format+"\n%s\n", append(a, usageLine)...)
@@ -105,14 +117,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 			version, buildRevision(), buildString())
 		return 0
 	}
-	if *asJSON && *routePath == "" {
-		return usageError("--json goes with --route: it writes that command's rows as JSON lines")
+	if *asJSON && *routePath == "" && *aclConfig == "" {
+		return usageError("--json goes with --route or --acl: it writes that command's rows as JSON lines")
+	}
+	if *routePath != "" && *aclConfig != "" {
+		return usageError("--route and --acl are given together; give one of them")
 	}
 	if *routePath != "" {
 		if *cfgPath != "" || *checkPath != "" {
 			return usageError("--route reads its own configuration operand; give it without --config or --check-config")
 		}
 		return routeCommand(*routePath, operands, *asJSON, stdin, stdout, stderr)
+	}
+	if *aclConfig != "" {
+		return explainACL(fs, operands, *aclConfig, *asJSON, stdin, stdout, stderr)
 	}
 	if len(operands) > 0 {
 		return usageError("unexpected argument %q: saguin takes flags only, there are no subcommands", operands[0])
@@ -133,7 +151,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // load reads a configuration with every check of this build in one pass.
 func load(path string) (*config.Config, error) {
-	return config.Load(path, broker.Unserved)
+	return config.Load(path, broker.Unserved, acl.Check)
 }
 
 // printInvalid writes a configuration's findings to stderr as
