@@ -101,8 +101,8 @@ func (f *File) Lookup(user string) (Entry, bool) {
 // could not be read back as itself (empty, ':', control characters, a
 // leading '#' or blank; RFC 0002 §1.10, RFC 0005 §1.3).
 func (f *File) Set(user string, h Hash) (added bool, err error) {
-	if prob := storableNameProblem(user); prob != "" {
-		return false, errors.New(prob)
+	if err := CheckFileUserName(user); err != nil {
+		return false, err
 	}
 	if h.typ == "" {
 		return false, errors.New("no hash to store")

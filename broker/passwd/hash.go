@@ -114,9 +114,21 @@ func parseHashParts(typ hashType, iterations int, salt64, digest64 string) (Hash
 	return Hash{typ: typ, iterations: iterations, salt: salt, digest: digest}, nil
 }
 
+// MaxPassword is the longest password in bytes: MQTT carries a password
+// as binary data of at most 65535 bytes, so a longer one could never log
+// in.
+const MaxPassword = 65535
+
 // NewHash hashes password as saguin --passwd add stores it: $7$,
-// DefaultIterations, a fresh random 12-byte salt.
+// DefaultIterations, a fresh random 12-byte salt. It refuses an empty
+// password (RFC 0005 §1.3) and one no client could send.
 func NewHash(password []byte) (Hash, error) {
+	switch {
+	case len(password) == 0:
+		return Hash{}, errors.New("an empty password is refused")
+	case len(password) > MaxPassword:
+		return Hash{}, fmt.Errorf("the password is %d bytes; MQTT carries at most %d", len(password), MaxPassword)
+	}
 	return newHash(password, DefaultIterations, rand.Reader)
 }
 

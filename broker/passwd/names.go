@@ -35,6 +35,16 @@ func isControl(r rune) bool {
 	return r <= 0x1F || (r >= 0x7F && r <= 0x9F)
 }
 
+// CheckFileUserName says why name cannot be written as a user of a file
+// and read back as itself (storableNameProblem), or nil: saguin --passwd
+// add asks before it asks for a password.
+func CheckFileUserName(name string) error {
+	if prob := storableNameProblem(name); prob != "" {
+		return errors.New(prob)
+	}
+	return nil
+}
+
 // storableNameProblem adds to CheckUserName what a name must also be to be
 // written on a line of a file and read back as itself: not empty, not too
 // long, no ':' (the field separator, RFC 0005 §1.3), not beginning with '#'

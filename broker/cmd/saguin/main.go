@@ -3,6 +3,7 @@
 //	saguin --config FILE         run on a configuration file
 //	saguin --check-config FILE   validate a configuration, report every finding, exit
 //	saguin --version             print the name, version and revision
+//	saguin --passwd list|add|delete|scope FILE ...   edit a password file (passwd.go)
 //	saguin --help                print the usage
 //
 // SIGINT and SIGTERM shut down gracefully (positions stored, memory snapshots
@@ -42,7 +43,7 @@ var revision string
 // replaces it.
 var stdin io.Reader = os.Stdin
 
-const usageLine = "usage: saguin --config FILE | --check-config FILE | --route FILE [TOPIC|FILTER] [--json] | --version | --help"
+const usageLine = "usage: saguin --config FILE | --check-config FILE | --route FILE [TOPIC|FILTER] [--json] | --passwd ... | --version | --help"
 
 const usageText = usageLine + `
 
@@ -64,6 +65,12 @@ Sagüin, a single-node MQTT 5 and 3.1.1 broker with durable channels.
                         read from stdin and four tab-separated columns
                         printed per row ("-" where nothing applies).
   --json                with --route: one JSON object per row, null for "-"
+  --passwd list FILE | add FILE USER [PASSWORD] | delete FILE USER |
+           scope FILE USER ROUTES|all
+                        edit a Mosquitto-format password file and exit;
+                        add asks twice for the password (echo off) when it
+                        is not given, or reads one line from a pipe. Reads
+                        no configuration, so not with --config.
   --version             print the name, version and revision, and exit
   --help                print this help, and exit
 
@@ -88,6 +95,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	showVersion := fs.Bool("version", false, "")
 	routePath := fs.String("route", "", "")
 	asJSON := fs.Bool("json", false, "")
+	editPasswords := fs.Bool("passwd", false, "")
 	usageError := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "saguin: "+format+"\n%s\n", append(a, usageLine)...)
 		return 2
@@ -107,6 +115,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *asJSON && *routePath == "" {
 		return usageError("--json goes with --route: it writes that command's rows as JSON lines")
+	}
+	if *editPasswords {
+		return runPasswd(operands, *cfgPath != "" || *checkPath != "" || *routePath != "", os.Stdin, stdout, stderr)
 	}
 	if *routePath != "" {
 		if *cfgPath != "" || *checkPath != "" {
