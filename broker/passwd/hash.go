@@ -34,7 +34,7 @@ const (
 	DefaultIterations = 1000
 	// MaxIterations bounds a $7$ count read from a file: every CONNECT
 	// costs the file's largest count (Table.Authenticate), and a million
-	// PBKDF2-SHA512 rounds already take about a second of one core.
+	// PBKDF2-SHA512 rounds take about two seconds of one CI core.
 	MaxIterations = 1_000_000
 	// saltBytes is the salt of a new hash, mosquitto_passwd's length.
 	saltBytes = 12

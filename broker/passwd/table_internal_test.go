@@ -122,3 +122,23 @@ func TestNewHashIsPBKDF2WithAThousandRounds(t *testing.T) {
 		t.Fatalf("the hash does not read back as itself or does not verify: %v", err)
 	}
 }
+
+// BenchmarkAuthenticate is the cost of one check at our 1000 rounds, the
+// figure docs/configuration.md quotes per login.
+func BenchmarkAuthenticate(b *testing.B) {
+	h, err := newHash([]byte("pw"), DefaultIterations, rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := Parse("bench", []byte("alice:"+h.String()+"\n"), MQTT)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tab, err := newTable(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		tab.Authenticate("alice", []byte("pw"))
+	}
+}

@@ -267,3 +267,11 @@ func TestPasswdAddKeepsTheFile(t *testing.T) {
 		t.Errorf("mode %v after add, want 0640 kept", fi.Mode().Perm())
 	}
 }
+
+// --help names --passwd and its words.
+func TestHelpNamesPasswd(t *testing.T) {
+	code, out, _ := runCLI(t, "--help")
+	if code != 0 || !strings.Contains(out, "--passwd list FILE | add FILE USER [PASSWORD] | delete FILE USER") || !strings.Contains(out, "scope FILE USER ROUTES|all") {
+		t.Errorf("--help does not describe --passwd:\n%s", out)
+	}
+}
