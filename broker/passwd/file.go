@@ -57,8 +57,11 @@ func readBounded(path string) ([]byte, os.FileInfo, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if !info.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("not a regular file (%v); name the password file itself", info.Mode().Type())
+	switch {
+	case info.IsDir():
+		return nil, nil, errors.New("is a directory; name the password file itself")
+	case !info.Mode().IsRegular():
+		return nil, nil, fmt.Errorf("is not a regular file (%v); name the password file itself", info.Mode().Type())
 	}
 	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
 	if err != nil {

@@ -62,6 +62,20 @@ func TestEditsKeepEveryOtherLineByteForByte(t *testing.T) {
 	}
 }
 
+// readAndAddAlice reads the MQTT file at path and adds alice to it,
+// unwritten.
+func readAndAddAlice(t *testing.T, path string) *passwd.File {
+	t.Helper()
+	f, err := passwd.ReadFile(path, passwd.MQTT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Set("alice", newHash(t, "pw")); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // saguin --passwd add refuses a name that could not be read back as
 // itself: RFC 0002 §1.10's control characters, RFC 0005 §1.3's ':', and
 // what readers trim or take as a comment.
@@ -125,14 +139,7 @@ func TestWriteKeepsModeAndOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f, err := passwd.ReadFile(path, passwd.MQTT)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Set("alice", newHash(t, "pw")); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Write(); err != nil {
+	if err := readAndAddAlice(t, path).Write(); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(path)
@@ -161,14 +168,7 @@ func TestWriteFollowsASymbolicLink(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	f, err := passwd.ReadFile(link, passwd.MQTT)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Set("alice", newHash(t, "pw")); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Write(); err != nil {
+	if err := readAndAddAlice(t, link).Write(); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -186,13 +186,7 @@ func TestWriteRefusesAFileChangedSinceItWasRead(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# v1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := passwd.ReadFile(path, passwd.MQTT)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Set("alice", newHash(t, "pw")); err != nil {
-		t.Fatal(err)
-	}
+	f := readAndAddAlice(t, path)
 	if err := os.WriteFile(path, []byte("# v1\n# v2 by someone else\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package passwd
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"unicode/utf8"
 )
@@ -59,8 +61,11 @@ type Entry struct {
 	Line int
 }
 
-// line is one line of a file as written, terminator included, and its
-// entry (nil for a blank or comment line).
+// line is one user's line as written, terminator included, with its
+// entry; or, with a nil entry, a run of consecutive other lines (blank,
+// comment, refused) kept as one piece, so that what a file costs to hold
+// grows with its users, not its line count (invariant 13: 16 MiB of
+// newlines is one piece, not sixteen million).
 type line struct {
 	raw   []byte
 	entry *Entry
@@ -68,12 +73,14 @@ type line struct {
 
 // Parse reads data, the contents of the file at path, as a file of kind.
 // path is only named in errors. The error is a *LoadError listing every
-// problem with its line (at most 100, then a count).
+// problem with its line (at most 100, then a count). The File keeps a copy
+// of data.
 func Parse(path string, data []byte, kind Kind) (*File, error) {
 	if len(data) > MaxFileBytes {
 		return nil, &LoadError{Path: path, Problems: []Problem{{Text: fmt.Sprintf(
 			"the file is %d bytes; a password file is at most %d (16 MiB)", len(data), MaxFileBytes)}}}
 	}
+	data = bytes.Clone(data)
 	f := &File{path: path, kind: kind, byUser: map[string]int{}}
 	p := &problems{path: path}
 	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
@@ -87,16 +94,22 @@ func Parse(path string, data []byte, kind Kind) (*File, error) {
 			raw = data[:i+1]
 		}
 		data = data[len(raw):]
-		l := line{raw: raw}
-		if e, ok := parseLine(n, raw, kind, p); ok {
-			if first, dup := f.byUser[e.User]; dup {
-				p.add(n, fmt.Sprintf("user %s is on lines %d and %d; a user has one line: delete one of them", quoteName(e.User), first+1, n))
-			} else {
-				l.entry = &e
-				f.byUser[e.User] = len(f.lines)
-			}
+		e, ok := parseLine(n, raw, kind, p)
+		if first, dup := f.byUser[e.User]; ok && dup {
+			p.add(n, fmt.Sprintf("user %s is on lines %d and %d; a user has one line: delete one of them", quoteName(e.User), f.lines[first].entry.Line, n))
+			ok = false
 		}
-		f.lines = append(f.lines, l)
+		if ok {
+			f.byUser[e.User] = len(f.lines)
+			f.lines = append(f.lines, line{raw: raw, entry: &e})
+			continue
+		}
+		if last := len(f.lines) - 1; last >= 0 && f.lines[last].entry == nil {
+			// raw begins where the run ends, in the same array.
+			f.lines[last].raw = f.lines[last].raw[:len(f.lines[last].raw)+len(raw)]
+			continue
+		}
+		f.lines = append(f.lines, line{raw: raw})
 	}
 	if kind == Operator && len(f.byUser) == 0 && p.count == 0 {
 		p.add(0, "the file names no user, so no operator could authenticate; add one with saguin --passwd add FILE USER")
@@ -185,7 +198,12 @@ type LoadError struct {
 // the count of any others — or why the file could not be read.
 func (e *LoadError) Error() string {
 	if e.Err != nil {
-		return fmt.Sprintf("password file %s: %v", e.Path, e.Err)
+		cause := e.Err
+		var pe *fs.PathError
+		if errors.As(cause, &pe) && pe.Path == e.Path {
+			cause = fmt.Errorf("%s: %w", pe.Op, pe.Err) // the path once, not twice
+		}
+		return fmt.Sprintf("password file %s: %v", e.Path, cause)
 	}
 	if len(e.Problems) == 0 {
 		return fmt.Sprintf("password file %s does not load", e.Path)

@@ -214,11 +214,11 @@ func TestLoadRefusesAFileOverTheBound(t *testing.T) {
 func TestLoadOfWhatIsNotAFile(t *testing.T) {
 	dir := t.TempDir()
 	_, err := passwd.Load(filepath.Join(dir, "absent"), passwd.MQTT)
-	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), filepath.Join(dir, "absent")) {
+	if !errors.Is(err, os.ErrNotExist) || err.Error() != "password file "+filepath.Join(dir, "absent")+": open: no such file or directory" {
 		t.Errorf("missing file: %v", err)
 	}
 	_, err = passwd.Load(dir, passwd.MQTT)
-	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+	if err == nil || err.Error() != "password file "+dir+": is a directory; name the password file itself" {
 		t.Errorf("directory: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package passwd
 import (
 	"bytes"
 	"crypto/rand"
+	"strings"
 	"testing"
 )
 
@@ -140,5 +141,24 @@ func BenchmarkAuthenticate(b *testing.B) {
 	}
 	for b.Loop() {
 		tab.Authenticate("alice", []byte("pw"))
+	}
+}
+
+// Invariant 13: what a file costs to hold grows with its users, not with
+// its lines — a megabyte of comment and blank lines each side of one user
+// is held as three pieces, not 1.4 million.
+func TestLinesAreHeldPerUserNotPerLine(t *testing.T) {
+	h := mustHash(t, pbkdf2SHA512, 101, "pw").String()
+	filler := strings.Repeat("#\n\n", 1<<20/3)
+	text := filler + "alice:" + h + "\n" + filler
+	f, err := Parse("big", []byte(text), MQTT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.lines) != 3 || f.Len() != 1 || !bytes.Equal(f.Bytes(), []byte(text)) {
+		t.Fatalf("%d pieces held for one user between two runs of %d lines, want 3 (and the bytes kept)", len(f.lines), strings.Count(filler, "\n"))
+	}
+	if e, _ := f.Lookup("alice"); e.Line != strings.Count(filler, "\n")+1 {
+		t.Errorf("alice on line %d, want %d", e.Line, strings.Count(filler, "\n")+1)
 	}
 }

@@ -100,16 +100,27 @@ func (term *onTerminal) shown() string {
 	return string(term.screen)
 }
 
-// waitShown waits until the terminal shows s (count times in all).
-func (term *onTerminal) waitShown(s string, count int) {
+// waitShown waits until the terminal shows s.
+func (term *onTerminal) waitShown(s string) {
 	term.t.Helper()
 	deadline := time.Now().Add(wait)
-	for strings.Count(term.shown(), s) < count {
+	for !strings.Contains(term.shown(), s) {
 		if time.Now().After(deadline) {
-			term.t.Fatalf("the terminal never showed %q %d times; it shows:\n%q", s, count, term.shown())
+			term.t.Fatalf("the terminal never showed %q; it shows:\n%q", s, term.shown())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// answerPrompts types first at the password prompt and second at the
+// second one, each when its prompt shows, and returns the exit code.
+func (term *onTerminal) answerPrompts(first, second string) int {
+	term.t.Helper()
+	term.waitShown("Password: ")
+	term.typeLine(first + "\r")
+	term.waitShown("Reenter password: ")
+	term.typeLine(second + "\r")
+	return term.exitCode()
 }
 
 func (term *onTerminal) typeLine(s string) {
@@ -149,14 +160,10 @@ func TestPasswdPromptsTwiceWithEchoOff(t *testing.T) {
 	if !term.echoOn() {
 		t.Fatal("the test terminal does not echo to begin with: the test would prove nothing")
 	}
-	term.waitShown("Password: ", 1)
-	term.typeLine("typed-secret-1\r")
-	term.waitShown("Reenter password: ", 1)
-	term.typeLine("typed-secret-1\r")
-	if code := term.exitCode(); code != 0 {
+	if code := term.answerPrompts("typed-secret-1", "typed-secret-1"); code != 0 {
 		t.Fatalf("exit %d; the terminal shows:\n%q", code, term.shown())
 	}
-	term.waitShown("added user alice", 1)
+	term.waitShown("added user alice")
 	if strings.Contains(term.shown(), "typed-secret") {
 		t.Errorf("the password was echoed on the terminal:\n%q", term.shown())
 	}
@@ -176,14 +183,10 @@ func TestPasswdPromptsTwiceWithEchoOff(t *testing.T) {
 func TestPasswdPromptMismatchIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "passwords")
 	term := startOnTerminal(t, "--passwd", "add", path, "alice")
-	term.waitShown("Password: ", 1)
-	term.typeLine("one\r")
-	term.waitShown("Reenter password: ", 1)
-	term.typeLine("two\r")
-	if code := term.exitCode(); code != 1 {
+	if code := term.answerPrompts("one", "two"); code != 1 {
 		t.Fatalf("exit %d, want 1; the terminal shows:\n%q", code, term.shown())
 	}
-	term.waitShown("do not match; nothing written", 1)
+	term.waitShown("do not match; nothing written")
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a file was written after a mismatch: %v", err)
 	}
@@ -194,7 +197,7 @@ func TestPasswdPromptMismatchIsRefused(t *testing.T) {
 func TestPasswdPromptInterruptedRestoresEcho(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "passwords")
 	term := startOnTerminal(t, "--passwd", "add", path, "alice")
-	term.waitShown("Password: ", 1)
+	term.waitShown("Password: ")
 	if term.echoOn() {
 		t.Fatal("echo is on while the prompt waits")
 	}

@@ -6,7 +6,6 @@
 package mosquittotest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -52,7 +50,7 @@ func Passwd(t testing.TB, args ...string) {
 // refused.
 type Broker struct {
 	Host, Port string
-	log        *syncBuffer
+	logPath    string // mosquitto's stdout and stderr
 }
 
 // Start runs mosquitto on passwordFile on a free loopback port and waits
@@ -94,9 +92,14 @@ func start(t testing.TB, passwordFile string) (*Broker, error) {
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
-	b := &Broker{Host: "127.0.0.1", Port: port, log: &syncBuffer{}}
+	b := &Broker{Host: "127.0.0.1", Port: port, logPath: filepath.Join(dir, "mosquitto.log")}
+	logFile, err := os.Create(b.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child has its own descriptor
 	cmd := exec.Command("mosquitto", "-c", conf)
-	cmd.Stdout, cmd.Stderr = b.log, b.log
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -118,20 +121,26 @@ func start(t testing.TB, passwordFile string) (*Broker, error) {
 		}
 		select {
 		case <-exited:
-			if strings.Contains(b.log.String(), "in use") {
+			if strings.Contains(b.Log(), "in use") {
 				return nil, errPortTaken
 			}
-			return nil, fmt.Errorf("mosquitto exited before listening:\n%s", b.log)
+			return nil, fmt.Errorf("mosquitto exited before listening:\n%s", b.Log())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("mosquitto did not listen within %v:\n%s", wait, b.log)
+			return nil, fmt.Errorf("mosquitto did not listen within %v:\n%s", wait, b.Log())
 		}
 	}
 }
 
 // Log is what mosquitto has printed.
-func (b *Broker) Log() string { return b.log.String() }
+func (b *Broker) Log() string {
+	data, err := os.ReadFile(b.logPath)
+	if err != nil {
+		return fmt.Sprintf("(mosquitto's log cannot be read: %v)", err)
+	}
+	return string(data)
+}
 
 // Pub publishes one message as user with password using mosquitto_pub
 // (MQTT 3.1.1) and returns its exit code and output: 0 when the broker
@@ -154,23 +163,4 @@ func (b *Broker) Pub(t testing.TB, user, password string) (int, string) {
 		t.Fatal(err)
 	}
 	return 0, string(out)
-}
-
-// syncBuffer is a buffer two goroutines share: the tool writes, the test
-// reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
