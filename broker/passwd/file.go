@@ -63,6 +63,7 @@ func readBounded(path string) ([]byte, os.FileInfo, error) {
 	case !info.Mode().IsRegular():
 		return nil, nil, fmt.Errorf("is not a regular file (%v); name the password file itself", info.Mode().Type())
 	}
+	// invariant 13: at most one byte past the bound is ever read.
 	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
 	if err != nil {
 		return nil, nil, err

@@ -42,9 +42,24 @@ const (
 	maxSaltBytes = 64
 )
 
-// b64 is the base64 of the format; strict, so that a digest or salt has
-// one spelling and a file re-written from its entries reads back the same.
-var b64 = base64.StdEncoding.Strict()
+// b64 is the base64 of the format. Writing is canonical; reading is not
+// strict about the unused bits of the last character, which Mosquitto
+// ignores too (checked: a digest whose last character differs only there
+// logs in), so a hand-made or foreign file that Mosquitto reads, Sagüin
+// reads.
+var b64 = base64.StdEncoding
+
+// decodeBase64 decodes s, refusing anything but the alphabet and padding
+// (the standard decoder would skip a stray '\r').
+func decodeBase64(s string) ([]byte, error) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '=') {
+			return nil, errors.New("not base64")
+		}
+	}
+	return b64.DecodeString(s)
+}
 
 // Hash is one stored password hash. The zero Hash matches no password.
 type Hash struct {
@@ -103,11 +118,11 @@ func parseIterations(s string) (int, error) {
 }
 
 func parseHashParts(typ hashType, iterations int, salt64, digest64 string) (Hash, error) {
-	salt, err := b64.DecodeString(salt64)
+	salt, err := decodeBase64(salt64)
 	if err != nil || len(salt) == 0 || len(salt) > maxSaltBytes {
 		return Hash{}, fmt.Errorf("the $%s$ salt is not base64 of 1 to %d bytes; the line is damaged: set the password again with saguin --passwd add", typ, maxSaltBytes)
 	}
-	digest, err := b64.DecodeString(digest64)
+	digest, err := decodeBase64(digest64)
 	if err != nil || len(digest) != sha512.Size {
 		return Hash{}, fmt.Errorf("the $%s$ digest is not base64 of %d bytes; the line is damaged: set the password again with saguin --passwd add", typ, sha512.Size)
 	}

@@ -105,7 +105,8 @@ func Parse(path string, data []byte, kind Kind) (*File, error) {
 			continue
 		}
 		if last := len(f.lines) - 1; last >= 0 && f.lines[last].entry == nil {
-			// raw begins where the run ends, in the same array.
+			// invariant 13: a line that is no user's joins the run before
+			// it (raw begins where the run ends, in the same array).
 			f.lines[last].raw = f.lines[last].raw[:len(f.lines[last].raw)+len(raw)]
 			continue
 		}

@@ -241,6 +241,7 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	var line []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
+		// invariant 13: a line longer than any password is refused before it is held.
 		if len(line)+len(chunk) > passwd.MaxPassword+2 {
 			return nil, fmt.Errorf("the password is longer than %d bytes, the most MQTT carries; nothing written", passwd.MaxPassword)
 		}
