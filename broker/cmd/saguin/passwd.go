@@ -22,15 +22,15 @@ const passwdUsageLine = "usage: saguin --passwd list FILE | add FILE USER [PASSW
 // password file. It reads no configuration, so it cannot know whether FILE
 // is an MQTT or an operator file: it reads it as either (passwd.AnyKind).
 // Exit 0 when done, 1 when the file or a value is wrong (nothing written),
-// 2 for a usage mistake. configGiven is whether --config or
-// --check-config came before --passwd.
+// 2 for a usage mistake. configGiven is whether --config, --check-config
+// or --route was given.
 func runPasswd(args []string, configGiven bool, stdin *os.File, stdout, stderr io.Writer) int {
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "saguin --passwd: "+format+"\n%s\n", append(a, passwdUsageLine)...)
 		return 2
 	}
 	if configGiven || slices.ContainsFunc(args, isConfigFlag) {
-		return usage("--passwd edits a password file and reads no configuration; leave out --config and --check-config")
+		return usage("--passwd edits a password file and reads no configuration; leave out --config, --check-config and --route")
 	}
 	if len(args) == 0 {
 		return usage("say what to do: list, add, delete or scope")
@@ -83,11 +83,11 @@ func runPasswd(args []string, configGiven bool, stdin *os.File, stdout, stderr i
 	return 0
 }
 
-// isConfigFlag: --passwd refuses the configuration flags anywhere, even
-// after its own words, where Go's flag package would not look.
+// isConfigFlag: --passwd refuses the flags that read a configuration even
+// as operands after "--", where the flag package does not look.
 func isConfigFlag(arg string) bool {
 	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
-	return strings.HasPrefix(arg, "-") && (name == "config" || name == "check-config")
+	return strings.HasPrefix(arg, "-") && (name == "config" || name == "check-config" || name == "route")
 }
 
 type passwdCommand struct {

@@ -218,7 +218,7 @@ func TestPasswdUsageMistakes(t *testing.T) {
 		{"add", path, "u", "pw", "extra"},
 		{"delete", path},
 		{"scope", path, "u"},
-		{"list", "-x"},
+		{"list", "--", "-x"},
 		{"list", path, "--config", path},
 		{"add", path, "u", "--check-config=" + path},
 	} {
@@ -231,6 +231,8 @@ func TestPasswdUsageMistakes(t *testing.T) {
 		{"--config", path, "--passwd", "list", path},
 		{"--check-config", path, "--passwd", "list", path},
 		{"--passwd", "list", path, "-config", path},
+		{"--route", path, "--passwd", "list", path},
+		{"--passwd", "add", path, "u", "--", "--config"},
 	} {
 		code, out, errOut := runCLI(t, args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "reads no configuration") {
@@ -239,6 +241,23 @@ func TestPasswdUsageMistakes(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err == nil {
 		t.Error("a refused command created the file")
+	}
+}
+
+// Flags may follow operands (docs/operations.md), so a password that
+// begins with '-' is written after "--", which ends the flags.
+func TestPasswdPasswordBeginningWithADash(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "passwords")
+	if code, _, errOut := saguinPasswd(t, nil, "add", path, "alice", "-dashed"); code != 2 || !strings.Contains(errOut, "-dashed") {
+		t.Errorf("a password read as a flag: exit %d, %q; want exit 2 naming it", code, errOut)
+	}
+	mustPasswd(t, nil, "add", path, "alice", "--", "-dashed")
+	tab, err := passwd.Load(path, passwd.MQTT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tab.Authenticate("alice", []byte("-dashed")); !ok {
+		t.Error("the password given after -- does not verify")
 	}
 }
 
