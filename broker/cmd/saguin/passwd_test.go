@@ -252,12 +252,19 @@ func TestPasswdPasswordBeginningWithADash(t *testing.T) {
 		t.Errorf("a password read as a flag: exit %d, %q; want exit 2 naming it", code, errOut)
 	}
 	mustPasswd(t, nil, "add", path, "alice", "--", "-dashed")
+	checkVerifies(t, path, "alice", "-dashed")
+}
+
+// checkVerifies loads path as the broker would and checks that password
+// is user's.
+func checkVerifies(t *testing.T, path, user, password string) {
+	t.Helper()
 	tab, err := passwd.Load(path, passwd.MQTT)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := tab.Authenticate("alice", []byte("-dashed")); !ok {
-		t.Error("the password given after -- does not verify")
+	if _, ok := tab.Authenticate(user, []byte(password)); !ok {
+		t.Errorf("%s's password %q does not verify in %s", user, password, path)
 	}
 }
 

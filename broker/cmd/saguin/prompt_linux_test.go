@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"saguin.dev/broker/brokertest"
-	"saguin.dev/broker/passwd"
 )
 
 // onTerminal is the saguin binary running with a pseudo-terminal as its
@@ -170,13 +169,7 @@ func TestPasswdPromptsTwiceWithEchoOff(t *testing.T) {
 	if !term.echoOn() {
 		t.Error("echo is still off after the prompt")
 	}
-	tab, err := passwd.Load(path, passwd.MQTT)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := tab.Authenticate("alice", []byte("typed-secret-1")); !ok {
-		t.Error("the typed password does not verify")
-	}
+	checkVerifies(t, path, "alice", "typed-secret-1")
 }
 
 // Two different passwords typed: refused, exit 1, nothing written.
