@@ -4,7 +4,7 @@
 # deadline that a loaded 2-core machine turns into a "context deadline
 # exceeded" failure of the fuzzer itself, seen in CI): every parser of client-
 # or file-controlled input that is ours (seek payloads, point-read keys, $saguin/ routes and queue verdicts,
-# saguin-filter, configuration values, the ACL file, snapshot files, stored JSON). The
+# saguin-filter, configuration values, the ACL file, password files, snapshot files, stored JSON). The
 # seed corpora also run as plain tests in make test; this adds mutation.
 # A crasher is written under the package's testdata/fuzz and fails the run.
 set -euo pipefail

@@ -5,6 +5,7 @@
 //	saguin --acl FILE [USER [CLIENT-ID]] [--json]
 //	                             explain what a user may do under FILE's acl_file
 //	saguin --version             print the name, version and revision
+//	saguin --passwd list|add|delete|scope FILE ...   edit a password file (passwd.go)
 //	saguin --help                print the usage
 //
 // SIGINT and SIGTERM shut down gracefully (positions stored, memory snapshots
@@ -45,7 +46,7 @@ var revision string
 // replaces it.
 var stdin io.Reader = os.Stdin
 
-const usageLine = "usage: saguin --config FILE | --check-config FILE | --route FILE [TOPIC|FILTER] [--json] | --acl FILE [USER [CLIENT-ID]] [--json] | --version | --help"
+const usageLine = "usage: saguin --config FILE | --check-config FILE | --route FILE [TOPIC|FILTER] [--json] | --acl FILE [USER [CLIENT-ID]] [--json] | --passwd ... | --version | --help"
 
 const usageText = usageLine + `
 
@@ -75,6 +76,12 @@ Sagüin, a single-node MQTT 5 and 3.1.1 broker with durable channels.
                         name per line on stdin. Starts nothing.
   --json                with --route or --acl: one JSON object per row (--route,
                         null for "-") or per name (--acl) instead
+  --passwd list FILE | add FILE USER [PASSWORD] | delete FILE USER |
+           scope FILE USER ROUTES|all
+                        edit a Mosquitto-format password file and exit;
+                        add asks twice for the password (echo off) when it
+                        is not given, or reads one line from a pipe. Reads
+                        no configuration, so not with --config.
   --version             print the name, version and revision, and exit
   --help                print this help, and exit
 
@@ -100,6 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	routePath := fs.String("route", "", "")
 	aclConfig := fs.String("acl", "", "")
 	asJSON := fs.Bool("json", false, "")
+	editPasswords := fs.Bool("passwd", false, "")
 	usageError := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "saguin: "+format+"\n%s\n", append(a, usageLine)...)
 		return 2
@@ -122,6 +130,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *routePath != "" && *aclConfig != "" {
 		return usageError("--route and --acl are given together; give one of them")
+	}
+	if *editPasswords {
+		return runPasswd(operands, *cfgPath != "" || *checkPath != "" || *routePath != "", os.Stdin, stdout, stderr)
 	}
 	if *routePath != "" {
 		if *cfgPath != "" || *checkPath != "" {
