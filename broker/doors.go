@@ -25,9 +25,13 @@ const mqttSubprotocol = "mqtt"
 
 // The kinds of refusal a door's layers give (logging.RefusalLog keys).
 const (
-	refuseTLS         = "tls"     // a TLS handshake that failed
-	refuseUpgrade     = "upgrade" // a WebSocket upgrade answered with an HTTP error (403 for an origin)
-	refuseProxy       = "proxy"   // a connection refused by proxy_protocol
+	refuseTLS     = "tls"     // a TLS handshake that failed
+	refuseUpgrade = "upgrade" // a WebSocket upgrade answered with an HTTP error (403 for an origin)
+	refuseProxy   = "proxy"   // a connection refused by proxy_protocol
+	// refuseProxyV1 is its own kind: the line that tells the operator the
+	// proxy speaks version 1 must not be held back behind other refusals
+	// (a unix door's clients all share one remote address).
+	refuseProxyV1     = "proxy v1"
 	noteProxiedCert   = "proxied certificate"
 	noteNamelessCert  = "client certificate"
 	proxiedCertNotice = "proxied client certificate not believed: the proxy did not verify it; the client is treated as having none"
@@ -111,7 +115,11 @@ func (b *Broker) layerRefused(l *config.Listener, c *doorpkg.Conn, err error) {
 		}
 		b.doorRefusal(remote, refuseUpgrade, "WebSocket upgrade refused: HTTP "+fmt.Sprint(ur.Status), args...)
 	case se.Layer == "proxy":
-		b.doorRefusal(remote, refuseProxy, "connection refused by proxy_protocol", "listener", l.Name,
+		kind := refuseProxy
+		if errors.Is(err, doorpkg.ErrProxyV1) {
+			kind = refuseProxyV1
+		}
+		b.doorRefusal(remote, kind, "connection refused by proxy_protocol", "listener", l.Name,
 			"setting", l.ID+".proxy_protocol", "reason", se.Err.Error(), "remote", remote)
 	case gone(err):
 		b.log.Debug("connection ended during its "+layerName(se.Layer), "listener", l.Name, "remote", remote, "error", err)
