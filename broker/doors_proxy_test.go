@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"fmt"
@@ -37,22 +36,11 @@ func proxyDoor(t *testing.T, dir, sock string, limits ...string) string {
 `, limits...)
 }
 
-// dialUnix opens the unix door for a test writing its own bytes.
-func dialUnix(t *testing.T, sock string) *rawConn {
-	t.Helper()
-	c, err := net.DialTimeout("unix", sock, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return &rawConn{t: t, conn: c, r: bufio.NewReader(c)}
-}
-
 // connectProxied sends a PROXY header and a CONNECT as id, and returns
 // what the door knew of the client once it is connected.
 func connectProxied(t *testing.T, b *brokertest.Broker, sock string, header []byte, id string) broker.PeerView {
 	t.Helper()
-	c := dialUnix(t, sock)
+	c := dialNetBytes(t, "unix", sock)
 	c.write(append(append([]byte(nil), header...), connectBytes(t, 5, id)...))
 	if ack, err := c.read(5); err != nil || ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
 		t.Fatalf("%s: %v %+v", id, err, ack.FixedHeader)
@@ -102,16 +90,16 @@ func TestProxyV2HeaderIsRequired(t *testing.T) {
 	dir, sock := t.TempDir(), socketPath(t)
 	b := brokertest.Start(t, proxyDoor(t, dir, sock, "connect_timeout: 1h"),
 		func(o *broker.Options) { o.ProxyHeaderWithin = 300 * time.Millisecond })
-	bare := dialUnix(t, sock)
+	bare := dialNetBytes(t, "unix", sock)
 	bare.write(connectBytes(t, 5, "skipped-the-proxy"))
 	bare.closedSilently()
-	v1 := dialUnix(t, sock)
+	v1 := dialNetBytes(t, "unix", sock)
 	v1.write(append([]byte("PROXY TCP4 203.0.113.7 192.0.2.1 51515 8883\r\n"), connectBytes(t, 5, "nginx-client")...))
 	v1.closedSilently()
 	if !logHasLine(b.Log.String(), "level=WARN", "proxy_protocol", "version 1") {
 		t.Errorf("the v1 header's refusal does not name proxy_protocol:\n%s", b.Log.Tail(20))
 	}
-	slow := dialUnix(t, sock)
+	slow := dialNetBytes(t, "unix", sock)
 	slow.write(brokertest.ProxyV2(proxiedClient, proxyFront, nil)[:10])
 	slow.closedSilently()
 	if _, ok := broker.PeerOf(b.Broker, "skipped-the-proxy"); ok {

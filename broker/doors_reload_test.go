@@ -40,13 +40,7 @@ func TestTLSCertificateRotation(t *testing.T) {
 	dir := t.TempDir()
 	pki := brokertest.NewPKI(t, dir, "saguin-test")
 	old := pki.Server("server")
-	b := brokertest.Start(t, doorsConfig(t, dir, `      tcp:
-        - name: plain
-          address: "127.0.0.1:0"
-        - name: fleet
-          address: "127.0.0.1:0"
-          tls: `+tlsBlock(old, "")+`
-`))
+	b := brokertest.Start(t, doorsConfig(t, dir, plainAndTLS("fleet", old, "")))
 	secure := doorAddr(t, b, "fleet")
 	if got := servedSerial(t, secure, pki); got.Cmp(old.Serial) != 0 {
 		t.Fatalf("served serial %x, want %x", got, old.Serial)

@@ -37,6 +37,17 @@ func doorsConfig(t *testing.T, dir, doors string, limits ...string) string {
 	return brokertest.Config(t, dir, tmpl)
 }
 
+// plainAndTLS is a plain tcp door "plain" and a TLS door named name, its
+// tls block srv's files and more.
+func plainAndTLS(name string, srv brokertest.Issued, more string) string {
+	return `      tcp:
+        - name: plain
+          address: "127.0.0.1:0"
+        - name: ` + name + `
+          address: "127.0.0.1:0"
+          tls: ` + tlsBlock(srv, more) + "\n"
+}
+
 // tlsBlock is a door's tls: block on one line.
 func tlsBlock(srv brokertest.Issued, more string) string {
 	return fmt.Sprintf("{cert_file: %q, key_file: %q%s}", srv.CertFile, srv.KeyFile, more)
@@ -75,18 +86,41 @@ func awaitPeer(t *testing.T, b *brokertest.Broker, id string) broker.PeerView {
 }
 
 // mosquittoSub runs Debian's mosquitto_sub as id on topic doors/<id>,
-// waiting for one message, with the TLS arguments given.
-func mosquittoSub(t *testing.T, port, id string, tlsArgs ...string) (*exec.Cmd, *bytes.Buffer) {
+// waiting for two messages, with the TLS arguments given; its lines come
+// on the channel, which is closed when it exits.
+func mosquittoSub(t *testing.T, port, id string, tlsArgs ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	args := append([]string{"-h", "localhost", "-p", port, "-V", "5", "-i", id, "-t", "doors/" + id, "-C", "1", "-W", "30"}, tlsArgs...)
+	args := append([]string{"-h", "localhost", "-p", port, "-V", "5", "-i", id, "-t", "doors/" + id, "-C", "2", "-W", "30"}, tlsArgs...)
 	cmd := exec.Command("mosquitto_sub", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("mosquitto_sub: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, &out
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return cmd, lines
+}
+
+// nextLine is the next line a tool printed ("" once it has exited).
+func nextLine(t *testing.T, lines <-chan string) string {
+	t.Helper()
+	select {
+	case l := <-lines:
+		return l
+	case <-time.After(wait):
+		t.Fatal("the tool printed nothing")
+		return ""
+	}
 }
 
 // mosquittoPub publishes one QoS 1 message with Debian's mosquitto_pub and
@@ -128,16 +162,27 @@ func TestTLSDoorsServeMosquittoClients(t *testing.T) {
 
 	deliver := func(door, id string, tlsArgs []string, wantName string) {
 		t.Helper()
-		cmd, out := mosquittoSub(t, doorPort(t, b, door), id, tlsArgs...)
+		// Retained: it reaches the subscriber whenever its SUBSCRIBE lands;
+		// once it is printed, the subscription is in place.
+		if _, err := pub.Publish(&paho.Publish{Topic: "doors/" + id, QoS: 1, Retain: true, Payload: []byte("to " + id)}); err != nil {
+			t.Fatal(err)
+		}
+		cmd, lines := mosquittoSub(t, doorPort(t, b, door), id, tlsArgs...)
+		if got := nextLine(t, lines); got != "to "+id {
+			t.Fatalf("%s on %s printed %q", id, door, got)
+		}
 		p := awaitPeer(t, b, id)
 		if p.Door != door || p.Name != wantName || (wantName != "") != (p.From == "certificate") || p.Certificate != (wantName != "") {
 			t.Errorf("%s on %s: the door knew %+v, want name %q", id, door, p, wantName)
 		}
-		if _, err := pub.Publish(&paho.Publish{Topic: "doors/" + id, QoS: 1, Payload: []byte("to " + id)}); err != nil {
+		if _, err := pub.Publish(&paho.Publish{Topic: "doors/" + id, QoS: 1, Payload: []byte("again")}); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmd.Wait(); err != nil || strings.TrimSpace(out.String()) != "to "+id {
-			t.Errorf("%s on %s: %v, printed %q", id, door, err, out)
+		if got := nextLine(t, lines); got != "again" {
+			t.Errorf("%s on %s printed %q, want again", id, door, got)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%s on %s: mosquitto_sub: %v", id, door, err)
 		}
 	}
 	deliver("tls", "tls-sub", verifyOnly, "")
@@ -196,13 +241,7 @@ func TestTLSDoorServesPahoMQTT5(t *testing.T) {
 	pki := brokertest.NewPKI(t, dir, "saguin-test")
 	srv := pki.Server("server")
 	cert := pki.Client("meter", "", "meter-9.example") // no CN: the first DNS name names it
-	b := brokertest.Start(t, doorsConfig(t, dir, `      tcp:
-        - name: plain
-          address: "127.0.0.1:0"
-        - name: secure
-          address: "127.0.0.1:0"
-          tls: `+tlsBlock(srv, fmt.Sprintf(", client_ca_file: %q, min_version: \"1.3\"", pki.CAFile))+`
-`))
+	b := brokertest.Start(t, doorsConfig(t, dir, plainAndTLS("secure", srv, fmt.Sprintf(", client_ca_file: %q, min_version: \"1.3\"", pki.CAFile))))
 	conn, err := tlsDial(t, doorAddr(t, b, "secure"), pki, &cert)
 	if err != nil {
 		t.Fatal(err)
@@ -273,20 +312,25 @@ func TestTLSHandshakeFallsUnderConnectTimeout(t *testing.T) {
 	}
 }
 
+// tinyReceiveBuffer is a dialer's Control giving the socket a 4 KiB
+// receive buffer: a client that stops reading then stops taking the
+// broker's writes at once.
+func tinyReceiveBuffer(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
 // deafConn is a client socket with a tiny receive buffer, the way a
 // subscriber that stops reading looks to the broker.
 func deafConn(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	d := net.Dialer{Timeout: 10 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
+	d := net.Dialer{Timeout: 10 * time.Second, Control: tinyReceiveBuffer}
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -332,13 +376,7 @@ func TestInvariant16_DeafSubscriberOverTLSIsDisconnected(t *testing.T) {
 	dir := t.TempDir()
 	pki := brokertest.NewPKI(t, dir, "saguin-test")
 	srv := pki.Server("server")
-	b := brokertest.Start(t, doorsConfig(t, dir, `      tcp:
-        - name: plain
-          address: "127.0.0.1:0"
-        - name: secure
-          address: "127.0.0.1:0"
-          tls: `+tlsBlock(srv, "")+`
-`, "write_timeout: 2s"))
+	b := brokertest.Start(t, doorsConfig(t, dir, plainAndTLS("secure", srv, ""), "write_timeout: 2s"))
 	raw := deafConn(t, doorAddr(t, b, "secure"))
 	tc := tls.Client(raw, &tls.Config{RootCAs: pki.Pool(), ServerName: "localhost"})
 	goDeaf(t, tc, "deaf-tls")

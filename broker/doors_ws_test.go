@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +19,14 @@ import (
 
 	"saguin.dev/broker/brokertest"
 )
+
+// tcpAndWS is a plain tcp door and a plain ws door, each named after its
+// kind.
+const tcpAndWS = `      tcp:
+        address: "127.0.0.1:0"
+      ws:
+        address: "127.0.0.1:0"
+`
 
 // wsDoors is a plain tcp door ("tcp"), a ws door ("ws") and a wss door
 // ("wss") whose ws lines (same_origin, allowed_origins) are extra.
@@ -321,11 +328,7 @@ func TestWebSocketLimitsApplyInsideFrames(t *testing.T) {
 // falls under connect_timeout too: a socket that sends nothing is closed.
 func TestWebSocketSlotIsHeldFromAccept(t *testing.T) {
 	dir := t.TempDir()
-	b := brokertest.Start(t, doorsConfig(t, dir, `      tcp:
-        address: "127.0.0.1:0"
-      ws:
-        address: "127.0.0.1:0"
-`, "max_connections: 1", "connect_timeout: 2s"))
+	b := brokertest.Start(t, doorsConfig(t, dir, tcpAndWS, "max_connections: 1", "connect_timeout: 2s"))
 	holder := dialBytes(t, doorAddr(t, b, "ws")) // sends nothing: holds the slot until connect_timeout
 	deadline := time.Now().Add(wait)
 	for b.AdmissionStats().Slots != 1 {
@@ -349,16 +352,10 @@ func TestWebSocketSlotIsHeldFromAccept(t *testing.T) {
 // subscriber that stops reading.
 func TestInvariant16_DeafSubscriberOverWebSocketIsDisconnected(t *testing.T) {
 	dir := t.TempDir()
-	b := brokertest.Start(t, doorsConfig(t, dir, `      tcp:
-        address: "127.0.0.1:0"
-      ws:
-        address: "127.0.0.1:0"
-`, "write_timeout: 2s"))
+	b := brokertest.Start(t, doorsConfig(t, dir, tcpAndWS, "write_timeout: 2s"))
 	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: 10 * time.Second,
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-				return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-			}}
+			nd := net.Dialer{Control: tinyReceiveBuffer}
 			return nd.DialContext(ctx, network, addr)
 		}}
 	ws, _, err := d.Dial("ws://"+doorAddr(t, b, "ws")+"/mqtt", nil)
