@@ -106,6 +106,7 @@ func ReadProxyHeader(r io.Reader) (*ProxyHeader, error) {
 		return nil, fmt.Errorf("PROXY header command %d; it is 0 (LOCAL) or 1 (PROXY)", command)
 	}
 	length := int(binary.BigEndian.Uint16(fixed[14:16]))
+	// invariant 13: the header's length is judged before its bytes are read.
 	if length > MaxProxyHeader {
 		return nil, fmt.Errorf("PROXY header of %d bytes past its fixed part; at most %d are read", length, MaxProxyHeader)
 	}

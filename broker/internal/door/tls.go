@@ -217,6 +217,7 @@ func verifyClientChain(roots *x509.CertPool) func(tls.ConnectionState) error {
 		if len(certs) == 0 {
 			return nil
 		}
+		// invariant 13: the chain is counted before any of it is verified.
 		if len(certs) > MaxClientChain {
 			return fmt.Errorf("the client's certificate chain holds %d certificates; at most %d are accepted", len(certs), MaxClientChain)
 		}

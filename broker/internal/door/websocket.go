@@ -84,6 +84,7 @@ func (e *UpgradeRefusal) Error() string {
 // bytes the client sent after its request (it should send none before the
 // 101) are kept for the stream.
 func (w *WebSocket) upgrade(conn net.Conn, secure bool) (*wsConn, error) {
+	// invariant 13: the request is read through a bound, whatever it declares.
 	lr := &io.LimitedReader{R: conn, N: MaxUpgradeRequest}
 	br := bufio.NewReaderSize(lr, upgradeReadBuffer)
 	req, err := http.ReadRequest(br)

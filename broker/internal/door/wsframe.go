@@ -159,6 +159,8 @@ func (r *wsReader) begin() error {
 	}
 	switch op {
 	case opClose, opPing, opPong:
+		// invariant 13: a control frame's payload is held whole, so its
+		// length is judged from its header first.
 		if !fin || length > maxControl {
 			return &wsProtocolError{"a fragmented or oversized control frame"}
 		}
