@@ -14,6 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/config"
+	doorpkg "saguin.dev/broker/internal/door"
 	"saguin.dev/broker/internal/logging"
 )
 
@@ -140,6 +141,10 @@ type admitListener struct {
 	// now is the broker's clock; the writer's hold on answers is timed by
 	// it (conn_writer.go corkLinger). nil: the wall clock.
 	now func() time.Time
+	// door is the door's configuration; layers its TLS, WebSocket and PROXY
+	// layers (nil: none), set up on each connection's first read (doors.go).
+	door   *config.Listener
+	layers *doorpkg.Layers
 
 	mu      sync.Mutex
 	pending map[*clientConn]struct{} // sockets that have not finished their CONNECT
@@ -149,13 +154,13 @@ type admitListener struct {
 
 // admitListener wraps a listener with the limits of broker.limits. The gate
 // is the broker's, shared by every door.
-func (b *Broker) admitListener(ln net.Listener) net.Listener {
+func (b *Broker) admitListener(ln net.Listener, d *config.Listener, layers *doorpkg.Layers) net.Listener {
 	if b.gate == nil {
 		b.gate = newGate(b.cfg.Broker.Limits)
 	}
 	lim := b.cfg.Broker.Limits
 	l := &admitListener{Listener: ln, g: b.gate, lim: lim, log: b.log, refusals: b.refusals, now: b.clock.Now,
-		pending: make(map[*clientConn]struct{}), done: make(chan struct{})}
+		door: d, layers: layers, pending: make(map[*clientConn]struct{}), done: make(chan struct{})}
 	if lim.MaxConnectRate > 0 {
 		// Bursts up to twice the rate (RFC 0002 §1.5).
 		l.pace = newTokenBucket(float64(lim.MaxConnectRate), 2*float64(lim.MaxConnectRate), time.Now())
@@ -207,6 +212,12 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		// reads all fall before it, whatever deadline the substrate sets
 		// (clientConn.SetDeadline).
 		_ = c.SetReadDeadline(cc.connectBy)
+		if l.layers != nil {
+			// The PROXY header, the TLS handshake and the HTTP upgrade are
+			// read on the connection's first read, on its own goroutine,
+			// within connect_timeout (doors.go, rfcs/doors.md).
+			cc.Conn = doorpkg.Wrap(c, l.layers, now, cc.connectBy)
+		}
 		if !l.track(cc) {
 			_ = cc.Close()
 			return nil, net.ErrClosed
@@ -393,12 +404,19 @@ func (c *clientConn) shut() error {
 	c.w.mu.Lock()
 	c.w.closing = true
 	c.w.broadcast()
+	abort := c.w.failed
 	c.w.mu.Unlock()
 	err := net.ErrClosed
 	c.closeOnce.Do(func() {
 		close(c.closedCh)
 		c.letGo()
 		c.l.untrack(c)
+		if dc, ok := c.Conn.(*doorpkg.Conn); ok && abort {
+			// A failed or cut connection gets no TLS or WebSocket goodbye:
+			// it is what could not be written.
+			err = dc.Abort()
+			return
+		}
 		err = c.Conn.Close()
 	})
 	return err
@@ -571,6 +589,14 @@ func (c *clientConn) awaitSlot() error {
 	c.smu.Unlock()
 	if got {
 		return nil
+	}
+	if c.l.door != nil && c.l.door.Kind == "ws" {
+		// RFC 0002 §1.5: a ws socket is never answered 0x89 — before its
+		// upgrade it cannot be — so it is closed with nothing written.
+		c.letGo()
+		c.refused(refuseConnect, 0x89, "connection closed before its WebSocket upgrade: limits.max_connections reached", "remote", c.RemoteAddr().String())
+		_ = c.Close()
+		return errServerBusy
 	}
 	// Unadmitted from here: closed within 100 ms, or at connect_timeout if
 	// that comes sooner (rfcs/limits.md: the 100 ms run from the end of the

@@ -18,6 +18,7 @@ import (
 
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/clock"
+	doorpkg "saguin.dev/broker/internal/door"
 	"saguin.dev/broker/internal/logging"
 	"saguin.dev/broker/internal/msgid"
 	"saguin.dev/broker/partition"
@@ -48,6 +49,9 @@ type Options struct {
 	// connection's goroutine: the proof that such a panic ends that
 	// connection and nothing else. Empty in production.
 	PanicTopic string
+	// ProxyHeaderWithin, set only by tests, replaces the fixed 5 s a unix
+	// door with proxy_protocol gives a connection to send its PROXY header.
+	ProxyHeaderWithin time.Duration
 }
 
 // Broker is one running Sagüin.
@@ -85,6 +89,10 @@ type Broker struct {
 	// doors are the MQTT doors being served: Close waits for their
 	// goroutines (listener.go).
 	doors []*door
+	// layers are the TLS, WebSocket and PROXY layers of each door that has
+	// any, by the door's id (doors.go).
+	layers      map[string]*doorpkg.Layers
+	proxyWithin time.Duration // Options.ProxyHeaderWithin
 	// pidFile is the pid file this broker wrote ("" = none yet).
 	pidFile string
 
@@ -151,6 +159,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		sessions:  make(map[string]*session),
 		engines:   make(map[string]*queueEngine),
 		ctx:       ctx, cancel: cancel, sqliteFaults: opts.SQLiteFaults, panicTopic: opts.PanicTopic,
+		proxyWithin: opts.ProxyHeaderWithin,
 	}
 	b.refusals = logging.NewRefusalLog(b.log, b.clock.Now)
 	defer func() {
@@ -163,6 +172,10 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	// nobody beside an acl_file) is said at start as --check-config says it.
 	for _, w := range cfg.Warnings {
 		b.log.Warn("configuration warning", w.Attrs()...)
+	}
+	// Every door's certificates are read before anything opens (doors.go).
+	if b.layers, err = b.doorLayers(); err != nil {
+		return nil, err
 	}
 	if err := b.openChannels(); err != nil {
 		return nil, err
@@ -330,14 +343,15 @@ func (b *Broker) Start() error {
 	}
 	b.startQoS2() // holds of sessions that came back; the rest dropped (qos2.go)
 	var doors []*door
-	for _, l := range b.cfg.Broker.Listeners {
+	for i, l := range b.cfg.Broker.Listeners {
 		ln, err := openListener(l) // listen.go
 		if err != nil {
 			b.closeListeners()
 			return fmt.Errorf("listener %s: %w", l.Name, err)
 		}
 		b.listeners = append(b.listeners, ln)
-		wrapped := b.admitListener(ln) // broker.limits at the door (admission.go)
+		// broker.limits at the door (admission.go), then the door's layers.
+		wrapped := b.admitListener(ln, &b.cfg.Broker.Listeners[i], b.layers[l.ID])
 		// Our door, not the substrate's listener: a panic handling one
 		// connection ends that connection only (listener.go).
 		d := b.newDoor(l.Name, wrapped)
@@ -346,7 +360,7 @@ func (b *Broker) Start() error {
 			return fmt.Errorf("listener %s: %w", l.Name, err)
 		}
 		doors = append(doors, d)
-		b.log.Info("listening", "listener", l.Name, "address", ln.Addr().String())
+		b.logListening(l, ln.Addr().String(), b.layers[l.ID]) // doors.go
 	}
 	// operations.md §3.3: the pid file says the broker can be reached, so
 	// it is written once every door is bound (the signal handlers are

@@ -6,7 +6,6 @@ import (
 	"net"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,21 +26,7 @@ const deafPublishes = 30000
 // status/# at qos and then never reads again.
 func dialDeaf(t *testing.T, addr, id string, qos byte) net.Conn {
 	t.Helper()
-	d := net.Dialer{Timeout: 10 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := deafConn(t, addr)
 	write := func(pk packets.Packet, enc func(*packets.Packet, *bytes.Buffer) error) {
 		var buf bytes.Buffer
 		if err := enc(&pk, &buf); err != nil {

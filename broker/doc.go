@@ -21,7 +21,8 @@
 // the subscription tree and answers what Sagüin leaves to it (CONNACK,
 // SUBACK, the PUBACK or PUBREC of a publish answered before its hook
 // returns, PINGRESP). Everything else is Sagüin's: the door in front of the
-// socket (listen.go, admission.go, admission_frame.go, wire_check.go),
+// socket (listen.go, admission.go, admission_frame.go, wire_check.go;
+// its TLS, WebSocket and PROXY layers in doors.go and broker/internal/door),
 // the session (session.go, session_lifecycle.go, ownership.go,
 // sessionstore.go, wills.go), storage of every publish to a channel
 // (publish.go, inbound.go, qos2.go, latest.go, retained.go) and every
@@ -35,7 +36,10 @@
 //
 // CONNECT. listen.go openListener binds a door; admission.go
 // admitListener.Accept takes a connection slot or an overflow place from
-// the gate (gate.admit) and wraps the socket in a clientConn. Every byte
+// the gate (gate.admit) and wraps the socket in a clientConn — over the
+// door's layers when it has any (doors.go Broker.doorLayers: a PROXY
+// header, TLS, a WebSocket upgrade, set up at the first read within
+// connect_timeout; clientConn.peer is what they learnt). Every byte
 // the client sends passes clientConn.Read, where the framer
 // (admission_frame.go framer.frame) judges each packet by its declared size
 // and checks its fixed header and body (wire_check.go checkHeader,

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +40,13 @@ type rawConn struct {
 
 func dialBytes(t *testing.T, addr string) *rawConn {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	return dialNetBytes(t, "tcp", addr)
+}
+
+// dialNetBytes is dialBytes on network ("tcp", "unix").
+func dialNetBytes(t *testing.T, network, addr string) *rawConn {
+	t.Helper()
+	c, err := net.DialTimeout(network, addr, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,21 +407,7 @@ func TestInvariant13_PublishBytesRefusedQuotaExceeded(t *testing.T) {
 // a bound its writer would wait for ever. Other clients are served.
 func TestInvariant13_WriteTimeoutNoneBoundedByKeepAlive(t *testing.T) {
 	b := brokertest.Start(t, limitsWith(t, "write_timeout: none"))
-	d := net.Dialer{Timeout: 10 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	conn, err := d.Dial("tcp", b.Address())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := deafConn(t, b.Address())
 	var buf bytes.Buffer
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: "deaf", Clean: true, Keepalive: 2}}

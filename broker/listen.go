@@ -15,20 +15,21 @@ import (
 	"saguin.dev/broker/config"
 )
 
-// openListener binds one MQTT door (RFC 0002 §1.3). A tcp door is a plain
-// net.Listen; a unix door is bound as rfcs/process.md "Unix sockets" says:
-// under a lock, never over a live server's socket nor over a file that is
-// not a socket, with its mode set before anyone can connect.
+// openListener binds one MQTT door (RFC 0002 §1.3). A tcp or ws door is a
+// plain net.Listen (its TLS and WebSocket layers are put over each
+// connection it accepts: doors.go); a unix door is bound as
+// rfcs/process.md "Unix sockets" says: under a lock, never over a live
+// server's socket nor over a file that is not a socket, with its mode set
+// before anyone can connect.
 func openListener(l config.Listener) (net.Listener, error) {
 	switch l.Kind {
-	case "tcp":
+	case "tcp", "ws":
 		return net.Listen("tcp", l.Address)
 	case "unix":
 		return openUnix(l.Path, l.Mode)
 	}
-	// Unserved refuses every other kind before anything opens; reaching
-	// here is a broker bug, and a door silently left unopened is not an
-	// answer.
+	// The loader knows no other kind; reaching here is a broker bug, and a
+	// door silently left unopened is not an answer.
 	return nil, fmt.Errorf("a %s door is not served by this build of Sagüin", l.Kind)
 }
 

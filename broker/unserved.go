@@ -6,12 +6,12 @@ import (
 
 // Unserved lists, as findings placed where each key is written, what a
 // configuration asks for that this build cannot keep: client authentication
-// (password files), roles (acl_file), TLS on a door, WebSocket doors, the
-// PROXY protocol and the operations listener are read and checked by the
-// configuration loader (RFC 0002) but not yet served by the broker.
-// Starting anyway would admit every client, serve plaintext where TLS was
-// asked for, or leave a door unopened — silently; the broker never
-// acknowledges a promise it cannot keep, its configuration included.
+// (password files), roles (acl_file) and the operations listener are read
+// and checked by the configuration loader (RFC 0002) but not yet served by
+// the broker. Starting anyway would admit every client or leave a door
+// unopened — silently; the broker never acknowledges a promise it cannot
+// keep, its configuration included. (TLS, WebSocket doors and the PROXY
+// protocol are served: doors.go.)
 //
 // It is a config.Check: --check-config and the start run it in the
 // loader's own pass, so these findings come with the others, in the same
@@ -29,23 +29,10 @@ func Unserved(cfg *config.Config) []config.Finding {
 		add("broker.mqtt.acl_file", "the roles an ACL grants")
 	}
 	for _, l := range cfg.Broker.Listeners {
-		// Each promise of a door is its own finding: fixing one must not
-		// reveal the next only on the following run.
-		if l.Kind == "ws" {
-			f := cfg.At(l.ID, "WebSocket doors are not served by this build of Sagüin; use a tcp or unix door")
-			if f.Line == 0 { // a list entry: its own key is not a key read
-				f.File, f.Line = l.File, l.Line
-			}
-			out = append(out, f)
-		}
-		if l.TLS != nil {
-			add(l.ID+".tls", "TLS")
-		}
+		// A door's own password file is its own finding: fixing the
+		// block's must not reveal it only on the following run.
 		if l.PasswordFile != "" && l.PasswordFile != cfg.Broker.PasswordFile {
 			add(l.ID+".password_file", "client authentication")
-		}
-		if l.ProxyProtocol {
-			add(l.ID+".proxy_protocol", "the PROXY protocol")
 		}
 	}
 	if cfg.Broker.Operations != nil {

@@ -55,6 +55,12 @@ func Dial(t testing.TB, addr, id string, o ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return DialOver(t, raw, id, o)
+}
+
+// DialOver is Dial over a connection the test opened itself (TLS, a
+// WebSocket).
+func DialOver(t testing.TB, raw net.Conn, id string, o ClientOptions) (*Client, error) {
 	conn := &closeWaitConn{Conn: raw, eof: make(chan struct{})}
 	if o.Buffer == 0 {
 		o.Buffer = 100000

@@ -9,7 +9,8 @@
 //	saguin --help                print the usage
 //
 // SIGINT and SIGTERM shut down gracefully (positions stored, memory snapshots
-// written, the pid file removed); SIGUSR1 re-reads broker.log_level; SIGHUP
+// written, the pid file removed); SIGUSR1 re-reads broker.log_level, the ws
+// doors' origins and the TLS doors' certificate files; SIGHUP
 // is caught and ignored (there is no configuration reload). SIGKILL is the
 // crash the durability rules are written for. rfcs/process.md says why.
 package main
@@ -88,7 +89,9 @@ Sagüin, a single-node MQTT 5 and 3.1.1 broker with durable channels.
 Signals:
   SIGINT, SIGTERM   shut down gracefully: positions stored, memory snapshots
                     written, the pid file removed
-  SIGUSR1           re-read broker.log_level from the configuration file
+  SIGUSR1           re-read broker.log_level and the ws doors' origins from
+                    the configuration file, and every TLS door's certificate,
+                    key and client CA files
   SIGHUP            ignored (logged): there is no configuration reload
 
 A flag is written with one dash or two. There are no subcommands.
@@ -262,7 +265,10 @@ func serve(path string, stdout, stderr io.Writer) int {
 			log.Warn("SIGHUP ignored: there is no configuration reload; SIGUSR1 re-reads broker.log_level, and a restart applies any other change")
 			continue
 		case syscall.SIGUSR1:
-			rereadLogLevel(path, level, log)
+			if cfg := rereadLogLevel(path, level, log); cfg != nil {
+				b.ReloadOrigins(cfg) // ws doors' same_origin, allowed_origins
+			}
+			_ = b.ReloadCertificates() // every TLS door's files, all or nothing; it logs each door
 			continue
 		}
 		log.Info("shutting down", "signal", sig.String())
@@ -284,13 +290,13 @@ const maxReloadFindings = 20
 // loads changes nothing — its findings are logged and the broker runs on
 // at the level it had. The change is announced at the stricter of the two
 // levels, so it is seen whichever way the level moved.
-func rereadLogLevel(path string, level *slog.LevelVar, log *slog.Logger) {
+func rereadLogLevel(path string, level *slog.LevelVar, log *slog.Logger) *config.Config {
 	cfg, err := load(path)
 	if err != nil {
 		var fs *config.Findings
 		if !errors.As(err, &fs) {
 			log.Error("SIGUSR1: the configuration file cannot be read; nothing re-read", "path", path, "error", err)
-			return
+			return nil
 		}
 		log.Error("SIGUSR1: the configuration file has findings; nothing re-read, the log level stays",
 			"path", path, "level", levelName(level.Level()), "findings", len(fs.List))
@@ -301,13 +307,14 @@ func rereadLogLevel(path string, level *slog.LevelVar, log *slog.Logger) {
 			}
 			log.Error("configuration finding", f.Attrs()...)
 		}
-		return
+		return nil
 	}
 	was, now := level.Level(), logLevel(cfg.Broker.LogLevel)
 	level.Set(now)
 	log.Log(context.Background(), max(was, now), "SIGUSR1: log level re-read",
 		"was", levelName(was), "now", levelName(now),
-		"startup_only", "listeners, storage, channels and every other key are read only at start; restart the broker to apply them")
+		"startup_only", "listeners, storage, channels and every other key but ws origins are read only at start; restart the broker to apply them")
+	return cfg
 }
 
 func logLevel(s string) slog.Level { return logging.LevelOf(s) }
