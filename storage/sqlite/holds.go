@@ -92,8 +92,8 @@ func (p *Provider) Release(channel, clientID string, packetID uint16) (storage.R
 }
 
 // ReleaseAt is Release with the written record stamped at (zero: as held).
-func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.Time) (storage.Record, error) {
-	ch, err := p.openChannelOf(channel)
+func (p *Provider) ReleaseAt(name, clientID string, packetID uint16, at time.Time) (storage.Record, error) {
+	ch, err := p.openChannelOf(name)
 	if err != nil {
 		return storage.Record{}, err
 	}
@@ -107,7 +107,7 @@ func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.
 			WHERE channel = ? AND client = ? AND packet_id = ?`, ch.id, clientID, int64(packetID)).
 			Scan(append(dest, &size)...)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("storage %s: %s: no hold of client %q packet id %d: %w", p.opts.Name, channel, clientID, packetID, storage.ErrNotFound)
+			return fmt.Errorf("storage %s: %s: no hold of client %q packet id %d: %w", p.opts.Name, name, clientID, packetID, storage.ErrNotFound)
 		}
 		if err != nil {
 			return err
@@ -141,7 +141,14 @@ func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.
 		r.out = rec
 		// invariant 1: the offset is taken at the release, never at the hold.
 		r.out.Offset = next
-		err = w.txn(true, func(ctx context.Context) error {
+		switch {
+		case ch.kind == kindQueue:
+			depth++
+		case ch.kind == kindLatest && !replaces:
+			depth++
+		}
+		// The counters move with the COMMIT (txnPublishing).
+		err = w.txnPublishing(true, []*channel{ch}, func(ctx context.Context) error {
 			if err := w.insert(ctx, r); err != nil {
 				return fmt.Errorf("%s %s offset %d: %w", ch.kind, ch.name, next, err)
 			}
@@ -161,25 +168,18 @@ func (p *Provider) ReleaseAt(channel, clientID string, packetID uint16, at time.
 				_, err = w.st[stUpdateNext].ExecContext(ctx, int64(next+1), ch.id)
 			}
 			return err
+		}, func() {
+			ch.next, ch.bytes, ch.depth = next+1, bytes+r.enc.size-old, depth
 		})
 		if err != nil {
 			return err
 		}
-		switch {
-		case ch.kind == kindQueue:
-			depth++
-		case ch.kind == kindLatest && !replaces:
-			depth++
-		}
-		ch.mu.Lock()
-		ch.next, ch.bytes, ch.depth = next+1, bytes+r.enc.size-old, depth
-		ch.mu.Unlock()
 		w.stats.committedRecords.Add(1)
 		out = r.out
 		return nil
 	})
 	if err != nil {
-		return storage.Record{}, p.wrap("release a QoS 2 publish into "+channel, err)
+		return storage.Record{}, p.wrap("release a QoS 2 publish into "+name, err)
 	}
 	return out, nil
 }

@@ -595,3 +595,55 @@ func TestInvariant18_SubmitAnsweredOnlyAfterItsCommit(t *testing.T) {
 		}
 	}
 }
+
+// invariant 9 (what a client is told of the log's end): Next never answers
+// below an offset a read connection can already see. A record is readable
+// the moment its COMMIT is, a consumer may hand it to a client at once, and
+// that client's seek to the head answers Next: a Next behind the COMMIT
+// would tell it the record's offset is still free. Found by the chaos
+// harness (a seek to -1 answered next=5285 after offset 5285 had been
+// delivered). With the writer held just after the COMMIT, a Read sees the
+// record; Next, asked then, must not answer at or below it.
+func TestInvariant09_NextNeverBehindWhatAReaderSees(t *testing.T) {
+	committed := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var once sync.Once
+	p := openAt(t, newDB(t), func(o *Options) {
+		o.Faults = &Faults{AfterPublishCommit: func() {
+			once.Do(func() {
+				committed <- struct{}{}
+				<-release
+			})
+		}}
+	})
+	l := mustLog(t, p, "events")
+	appended := make(chan error, 1)
+	go func() {
+		_, err := l.Append(record("r1", 10))
+		appended <- err
+	}()
+	<-committed
+	recs, _, err := l.Read(1, 10)
+	if err != nil || len(recs) != 1 {
+		close(release)
+		t.Fatalf("a read after the COMMIT: %d records, %v; want the one committed", len(recs), err)
+	}
+	next := make(chan uint64, 1)
+	go func() { next <- l.Next() }()
+	select {
+	case n := <-next:
+		close(release)
+		if n <= recs[0].Offset {
+			t.Fatalf("Next answered %d while a reader already sees offset %d", n, recs[0].Offset)
+		}
+	case <-time.After(200 * time.Millisecond):
+		// Next waits for the counters to move with the COMMIT; let it.
+		close(release)
+		if n := <-next; n <= recs[0].Offset {
+			t.Fatalf("Next answered %d after the COMMIT of offset %d", n, recs[0].Offset)
+		}
+	}
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+}

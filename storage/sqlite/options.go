@@ -117,6 +117,11 @@ type Faults struct {
 	// them; a non-nil error fails the transaction, and every record in it
 	// is answered with that error.
 	BeforePublishCommit func(records int) error
+	// AfterPublishCommit runs on the writer once a transaction that gives
+	// records offsets has committed — its rows visible to every read
+	// connection — and before the channels' in-memory counters move
+	// (txnPublishing). A test holds it to look in that moment.
+	AfterPublishCommit func()
 	// InReliefWrite runs inside the transaction of a CountAttempt or a
 	// Resolve, after its statement, with the job's offset. A non-nil error
 	// fails that write and rolls back the relief group carrying it.

@@ -221,19 +221,16 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 			}
 			return nil
 		}
-		advanceDLQ := func() {
-			dlq.mu.Lock()
-			dlq.next, dlq.bytes = next+1, bytes+enc.size
-			dlq.mu.Unlock()
-		}
+		// advanceDLQ moves the log's counters; txnPublishing runs it under
+		// the log's lock, across the COMMIT.
+		advanceDLQ := func() { dlq.next, dlq.bytes = next+1, bytes+enc.size }
 		if f := q.p.opts.Faults; f != nil && f.SplitDeadLetter {
 			// Deliberately the move invariant 5 forbids (negative control):
 			// the first half commits on its own, so a failure or a crash
 			// before the second leaves the job in both places.
-			if err := w.txn(true, write); err != nil {
+			if err := w.txnPublishing(true, []*channel{dlq}, write, advanceDLQ); err != nil {
 				return err
 			}
-			advanceDLQ()
 			if err := q.faultBetweenDeadLetterHalves(); err != nil {
 				return err
 			}
@@ -242,7 +239,7 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 			}
 		} else {
 			// invariant 5: both halves in one transaction: both commit or neither does.
-			err := w.txn(true, func(ctx context.Context) error {
+			err := w.txnPublishing(true, []*channel{dlq}, func(ctx context.Context) error {
 				if err := write(ctx); err != nil {
 					return err
 				}
@@ -250,11 +247,10 @@ func (q *queueStore) DeadLetter(offset uint64, topic string, extra []storage.Hea
 					return err
 				}
 				return remove(ctx)
-			})
+			}, advanceDLQ)
 			if err != nil {
 				return err
 			}
-			advanceDLQ()
 		}
 		moved = rec
 		q.ch.mu.Lock()

@@ -1,11 +1,13 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +54,9 @@ type writer struct {
 	batch       []*pubReq
 	reliefBatch []*reliefReq
 	touched     []*touch
+	// touchedChans are touched's channels, in the order their locks are
+	// taken across a COMMIT (txnPublishing).
+	touchedChans []*channel
 	// pending is what value Puts earlier in the batch being built give
 	// their topics (size), so a later Put of the same topic is judged
 	// against the value it will actually replace.
@@ -296,7 +301,12 @@ func (w *writer) commitSegment(batch []*pubReq, closedBy *atomic.Uint64) int {
 	if accepted == 0 {
 		return n
 	}
-	err := w.txn(false, func(ctx context.Context) error {
+	slices.SortFunc(w.touched, func(a, b *touch) int { return cmp.Compare(a.ch.id, b.ch.id) })
+	w.touchedChans = w.touchedChans[:0]
+	for _, t := range w.touched {
+		w.touchedChans = append(w.touchedChans, t.ch)
+	}
+	err := w.txnPublishing(false, w.touchedChans, func(ctx context.Context) error {
 		for _, r := range segment {
 			if r.err != nil {
 				continue
@@ -319,6 +329,12 @@ func (w *writer) commitSegment(batch []*pubReq, closedBy *atomic.Uint64) int {
 			}
 		}
 		return w.beforePublishCommit(accepted)
+	}, func() {
+		for _, t := range w.touched { // their locks are held (txnPublishing)
+			t.ch.next = t.next
+			t.ch.bytes = t.bytes
+			t.ch.depth = t.depth
+		}
 	})
 	if err != nil {
 		err = w.p.wrap("store "+fmt.Sprint(accepted)+" records", err)
@@ -329,13 +345,6 @@ func (w *writer) commitSegment(batch []*pubReq, closedBy *atomic.Uint64) int {
 			}
 		}
 		return n
-	}
-	for _, t := range w.touched {
-		t.ch.mu.Lock()
-		t.ch.next = t.next
-		t.ch.bytes = t.bytes
-		t.ch.depth = t.depth
-		t.ch.mu.Unlock()
 	}
 	closedBy.Add(1)
 	w.stats.committedRecords.Add(uint64(accepted))
@@ -391,7 +400,10 @@ func (w *writer) putAlone(r *pubReq) {
 	out := cloneRecord(r.rec)
 	out.Offset = next
 	r.out = out
-	err = w.txn(replaces && old >= r.enc.size, func(ctx context.Context) error {
+	if !replaces {
+		depth++
+	}
+	err = w.txnPublishing(replaces && old >= r.enc.size, []*channel{ch}, func(ctx context.Context) error {
 		if err := w.insert(ctx, r); err != nil {
 			return fmt.Errorf("latest %s offset %d: %w", ch.name, next, err)
 		}
@@ -399,18 +411,14 @@ func (w *writer) putAlone(r *pubReq) {
 			return fmt.Errorf("latest %s counters: %w", ch.name, err)
 		}
 		return w.beforePublishCommit(1)
+	}, func() {
+		ch.next, ch.bytes, ch.depth = next+1, bytes+r.enc.size-old, depth
 	})
 	if err != nil {
 		r.err = w.p.wrap("store the value of "+r.rec.Topic+" in "+ch.name, err)
 		r.out = storage.Record{}
 		return
 	}
-	if !replaces {
-		depth++
-	}
-	ch.mu.Lock()
-	ch.next, ch.bytes, ch.depth = next+1, bytes+r.enc.size-old, depth
-	ch.mu.Unlock()
 	w.stats.committedRecords.Add(1)
 	w.stats.batchCommitted(1)
 }
@@ -454,6 +462,25 @@ func (w *writer) insert(ctx context.Context, r *pubReq) error {
 // commit and the rollback path, because a pragma is not undone by rollback
 // (RFC 0004 §9 "The reserve").
 func (w *writer) txn(relief bool, fn func(ctx context.Context) error) (err error) {
+	return w.txnPublishing(relief, nil, fn, nil)
+}
+
+// txnPublishing is txn for a transaction that gives records offsets in
+// chans: apply moves those channels' in-memory counters (next, bytes,
+// depth), and runs under their locks, taken before the COMMIT and let go
+// after it. So Next never answers below an offset a read connection can
+// already see: a consumer may read a record the moment its COMMIT is
+// visible, hand it to a client, and that client's seek to the head
+// (Next) must then come back past it — it waits for apply instead of
+// reading the counter the COMMIT is about to move. Found by the chaos
+// harness: a seek to -1 answered next=5285 after a reader had been sent
+// offset 5285 (rfcs/storage-sqlite.md "Counters move with the COMMIT").
+// Only the writer goroutine takes more than one channel's lock, in the
+// order of chans (callers pass them sorted by id, or one), and no other
+// holder of a channel's lock waits on the writer, so none of this can
+// deadlock. A failed COMMIT runs no apply: the counters stay where the
+// stored state is.
+func (w *writer) txnPublishing(relief bool, chans []*channel, fn func(ctx context.Context) error, apply func()) (err error) {
 	ctx := context.Background()
 	want := w.p.opts.ordinaryPages
 	if relief {
@@ -487,7 +514,20 @@ func (w *writer) txn(relief bool, fn func(ctx context.Context) error) (err error
 		}
 		return err
 	}
-	if _, err := w.st[stCommit].ExecContext(ctx); err != nil {
+	for _, ch := range chans {
+		ch.mu.Lock()
+	}
+	_, err = w.st[stCommit].ExecContext(ctx)
+	if err == nil && apply != nil {
+		if f := w.p.opts.Faults; f != nil && f.AfterPublishCommit != nil {
+			f.AfterPublishCommit()
+		}
+		apply()
+	}
+	for i := len(chans) - 1; i >= 0; i-- {
+		chans[i].mu.Unlock()
+	}
+	if err != nil {
 		// A failed COMMIT may leave the transaction open; end it so the
 		// connection is clean for the next one.
 		if _, rbErr := w.st[stRollback].ExecContext(ctx); rbErr != nil && !isNoTxn(rbErr) {
