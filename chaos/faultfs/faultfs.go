@@ -72,6 +72,11 @@ type Options struct {
 	Debug bool
 	// Logger receives go-fuse's and faultfs's diagnostics; nil means log.Default().
 	Logger *log.Logger
+	// ExplicitDataCacheControl asks the kernel not to drop a file's cached pages when it sees
+	// the file's mtime change (FUSE's auto_inval_data, go-fuse's default). Every write and every
+	// mmap writeback passes through this layer, so the kernel's cache never holds data the
+	// backing file lacks, and a cut is always followed by a remount.
+	ExplicitDataCacheControl bool
 }
 
 // Stats counts what reached the layer and what the last cut did.
@@ -236,7 +241,8 @@ func Mount(backingDir, mountpoint string, opts Options) (*FS, error) {
 			// written data and send it later (or never, at a cut), so write(2) would no longer
 			// reach us at the moment it returns; go-fuse never asks for it, and we make sure.
 			// Without atomic O_TRUNC the kernel truncates with a SETATTR we can save pages for.
-			DisabledCapabilities: fuse.CAP_PASSTHROUGH | fuse.CAP_WRITEBACK_CACHE | fuse.CAP_ATOMIC_O_TRUNC,
+			DisabledCapabilities:     fuse.CAP_PASSTHROUGH | fuse.CAP_WRITEBACK_CACHE | fuse.CAP_ATOMIC_O_TRUNC,
+			ExplicitDataCacheControl: opts.ExplicitDataCacheControl,
 		},
 		EntryTimeout:    &second,
 		AttrTimeout:     &second,

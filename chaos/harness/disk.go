@@ -29,7 +29,7 @@ type disk struct {
 
 func mountDisk(backing, mount string, logTo io.Writer) (powerDisk, error) {
 	d := &disk{backing: backing, mount: mount, logger: log.New(logTo, "faultfs: ", log.LstdFlags|log.Lmicroseconds)}
-	fs, err := faultfs.Mount(backing, mount, faultfs.Options{Logger: d.logger})
+	fs, err := faultfs.Mount(backing, mount, d.options())
 	if err != nil {
 		return nil, fmt.Errorf("mount faultfs %s on %s: %w", backing, mount, err)
 	}
@@ -49,7 +49,7 @@ func (d *disk) remount() error {
 	if err := d.fs.Unmount(); err != nil {
 		return fmt.Errorf("unmount after power cut: %w", err)
 	}
-	fs, err := faultfs.Mount(d.backing, d.mount, faultfs.Options{Logger: d.logger})
+	fs, err := faultfs.Mount(d.backing, d.mount, d.options())
 	if err != nil {
 		return fmt.Errorf("remount after power cut: %w", err)
 	}
@@ -62,4 +62,12 @@ func (d *disk) unmount() error {
 		return fmt.Errorf("unmount faultfs: %w", err)
 	}
 	return nil
+}
+
+// options mounts with explicit data-cache control: the kernel never drops
+// a file's cached pages on its own (rfcs/chaos-harness.md "The page cache
+// of the power-cut mount": with go-fuse's default, sqlite's read
+// connections now and then read a snapshot that was not the database's).
+func (d *disk) options() faultfs.Options {
+	return faultfs.Options{Logger: d.logger, ExplicitDataCacheControl: true}
 }
