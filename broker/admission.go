@@ -13,6 +13,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/acl"
 	"saguin.dev/broker/config"
 	doorpkg "saguin.dev/broker/internal/door"
 	"saguin.dev/broker/internal/logging"
@@ -337,6 +338,9 @@ type clientConn struct {
 	// CONNECT hook on: what a panic on this connection's goroutine
 	// (listener.go) must leave consistent.
 	client atomic.Pointer[mqtt.Client]
+	// auth is who the connection authenticated as at its CONNECT, and its
+	// grants (auth.go); nil before.
+	auth atomic.Pointer[connAuth]
 	// afterServed is what must wait until the substrate has done with the
 	// connection — its goroutine has returned (listener.go): the release of
 	// the client id's claim a teardown took (ownership.go).
@@ -750,6 +754,19 @@ func (b *Broker) connackPromises(cl *mqtt.Client, pk packets.Packet) packets.Pac
 	}
 	pk.Properties.MaximumPacketSize = uint32(b.cfg.Broker.Limits.MaxMessageSize)
 	pk.Properties.TopicAliasMaximum = topicAliasMaximum
+	if g, all := b.grantsOf(cl); !all && g != nil {
+		// RFC 0002 §3.6, §3.7: what the ACL denies this client, said on its
+		// CONNACK; Retain Available stays 1 (channel topics still retain).
+		if g.Denies(acl.QoS2) {
+			pk.Properties.MaximumQos, pk.Properties.MaximumQosFlag = 1, true
+		}
+		if g.Denies(acl.Share) {
+			pk.Properties.SharedSubAvailable, pk.Properties.SharedSubAvailableFlag = 0, true
+		}
+		if g.Denies(acl.Persistent) {
+			pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 0, true
+		}
+	}
 	return pk
 }
 

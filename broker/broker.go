@@ -121,6 +121,13 @@ type Broker struct {
 
 	gate *gate // connection slots and publish budgets (admission.go, ratelimit.go)
 
+	// auth is who may connect and what they may do: the password files and
+	// the ACL, swapped whole by a reload (auth.go). penalties slows repeated
+	// authentication failures from one address (authpenalty.go).
+	auth      atomic.Pointer[authority]
+	authGen   atomic.Uint64
+	penalties *authPenalties
+
 	// afterTeardown, set only by tests (ownership_export_test.go), runs at
 	// the end of OnDisconnect: where the substrate's own cleanup of the
 	// connection follows.
@@ -162,6 +169,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		proxyWithin: opts.ProxyHeaderWithin,
 	}
 	b.refusals = logging.NewRefusalLog(b.log, b.clock.Now)
+	b.penalties = newAuthPenalties()
 	defer func() {
 		if err != nil {
 			b.closeProviders()
@@ -177,6 +185,14 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	if b.layers, err = b.doorLayers(); err != nil {
 		return nil, err
 	}
+	// Before any storage opens: the files naming who may connect are read
+	// and checked whole (RFC 0002 §5), as --check-config reads them.
+	auth, err := loadAuthority(cfg, b.authGen.Add(1))
+	if err != nil {
+		return nil, err
+	}
+	b.auth.Store(auth)
+	b.logAuthority(auth, "")
 	if err := b.openChannels(); err != nil {
 		return nil, err
 	}

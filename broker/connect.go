@@ -7,6 +7,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/acl"
 )
 
 // checkConnect refuses, before anything of the session is touched, a
@@ -24,16 +26,84 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 		_ = b.mqtt.SendConnack(cl, code, false, nil)
 		return code
 	}
+	// Who the client is, before anything else about it is judged: a
+	// client that fails authentication learns nothing more (RFC 0002
+	// §3.1: features are checked only after authentication).
+	ca, err := b.admitIdentity(cl, pk)
+	if err != nil {
+		return err
+	}
 	if code, refused := b.willRefusal(pk); refused {
 		return b.refuseWill(cl, code)
+	}
+	g, all := b.grantsOf(cl)
+	if pk.Connect.WillFlag && !all {
+		if code, refused := willFeatureRefusal(g, pk, b.resolver); refused {
+			return b.refuseWill(cl, code)
+		}
 	}
 	if pk.Connect.WillFlag && !b.willAllowed(cl, pk.Connect.WillTopic) {
 		// A Will is a publish the client asks the broker to make for it:
 		// it meets the client's own rules (RFC 0003, CONNACK 0x87).
 		return b.refuseWill(cl, withReason(codeNotAuthorized, "Will topic is not one this client may publish to"))
 	}
+	if !all && g.Denies(acl.Persistent) {
+		// RFC 0002 §3.6: accepted, with a session that ends with the
+		// connection — Session Expiry 0 on the CONNACK (MQTT 5), made
+		// clean (3.1.1).
+		ca.notPersistent = true
+		cl.Properties.Props.SessionExpiryInterval = 0
+		cl.Properties.Clean = true
+	}
 	b.capKeepalive(cl, pk)
 	return nil
+}
+
+// admitIdentity authenticates the CONNECT and, under an ACL, checks that
+// the identity may use this client id (RFC 0002 §1.12 client_ids, 0x86).
+// The identity is kept on the connection for every later question.
+func (b *Broker) admitIdentity(cl *mqtt.Client, pk packets.Packet) (*connAuth, error) {
+	a := b.auth.Load()
+	ca, r := b.authenticate(cl, pk, a)
+	if r != nil {
+		return nil, b.refuseAuthentication(cl, r)
+	}
+	if a.rules != nil {
+		g := a.rules.For(ca.user, ca.clientID)
+		if !g.ClientIDAllowed() {
+			return nil, b.refuseAuthentication(cl, &authRefusal{code: packets.ErrBadUsernameOrPassword,
+				reason: "the ACL's client_ids for this user do not admit this client id"})
+		}
+		ca.grants.Store(&grantsAt{gen: a.gen, g: g})
+		for _, w := range g.Withheld() {
+			// Once per connection: the rule would have widened past this
+			// client's own name (RFC 0002 §1.12).
+			b.log.Warn("ACL rule withheld for this client: substituting its name would widen it",
+				"client", cl.ID, "user", ca.user, "role", w.Grant.Role, "rule", w.Grant.Subject, "reason", w.Reason)
+		}
+	}
+	if cc, ok := cl.Net.Conn.(*clientConn); ok {
+		cc.auth.Store(ca)
+	}
+	return ca, nil
+}
+
+// willFeatureRefusal applies the ACL's feature denials to a Will (RFC 0002
+// §3.6): no Will at all (0x87), no QoS 2 Will (0x9B), no retained Will on
+// a broadcast topic (0x9A).
+func willFeatureRefusal(g *acl.Grants, pk packets.Packet, r interface{ Resolve(string) (string, bool) }) (packets.Code, bool) {
+	c := pk.Connect
+	switch {
+	case g.Denies(acl.Will):
+		return withReason(codeNotAuthorized, "this client may not leave a Will"), true
+	case c.WillQos == 2 && g.Denies(acl.QoS2):
+		return withReason(packets.ErrQosNotSupported, "this client may not publish at QoS 2"), true
+	case c.WillRetain && g.Denies(acl.Retained):
+		if _, channel := r.Resolve(c.WillTopic); !channel {
+			return withReason(packets.ErrRetainNotSupported, "this client may not retain a message on a broadcast topic"), true
+		}
+	}
+	return packets.Code{}, false
 }
 
 // capKeepalive applies limits.max_keepalive (configuration.md §1.5): an MQTT

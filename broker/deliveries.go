@@ -524,20 +524,6 @@ func appendAck(buf *bytes.Buffer, typ byte, pid uint16, code byte, version byte)
 	buf.Write([]byte{first, 2, byte(pid >> 8), byte(pid)})
 }
 
-// permit is the one permission function every delivery passes, on every
-// route, before anything is reserved for it (invariant 16: per delivery,
-// not only at SUBSCRIBE). It asks the acl hook, which allows everything in
-// this build; a test may stand in for it (SetDeliveryPermit). It may be
-// called with a consumer's or a queue's lock held, so it takes no lock but
-// its own.
-func (b *Broker) permit(cl *mqtt.Client, r route, topic string) bool {
-	if f := b.permitTest.Load(); f != nil {
-		return (*f)(cl.ID, r.String(), topic)
-	}
-	h := hook{b: b}
-	return h.OnACLCheck(cl, topic, false)
-}
-
 // permissionsChanged wakes every delivery a refusal may have stalled — the
 // consumers, the queues and the broadcast senders — so a grant that comes
 // back is what resumes them, not the next publish (invariant 16).

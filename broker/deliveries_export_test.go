@@ -28,3 +28,7 @@ func (b *Broker) StoredPosition(channel, clientID string) (uint64, bool) {
 	}
 	return p.Offset, true
 }
+
+// AuthPenaltyAddresses is how many addresses have failed authentication
+// recently (authpenalty.go).
+func (b *Broker) AuthPenaltyAddresses() int { return b.penalties.size() }

@@ -46,7 +46,12 @@
 // checkPacket) before the substrate decodes it; a refusal is answered by
 // answerFor and the connection ends. listener.go door.serve hands the
 // socket to the substrate. Then, in hooks.go order: OnConnect calls
-// connect.go checkConnect (client identifier, Will, keep-alive ceiling);
+// connect.go checkConnect (client identifier; who the client is —
+// auth.go authenticate: a certificate's or proxy's verified name, else a
+// user name checked against the door's password file, else anonymous where
+// the door admits it; a refusal waits out its address's penalty,
+// authpenalty.go — and, under an ACL, its client_ids, its Will and the
+// features it is denied; keep-alive ceiling);
 // OnSessionEstablish calls session_lifecycle.go establishSession, which
 // takes the client id's claim (ownership.go claimForConnect) and runs
 // claimSession — the old connection's pumps stopped and its deliveries
@@ -72,7 +77,10 @@
 // (inbound.writeAnswers); the read loop goes on meanwhile. Anything else
 // is answered before the hook returns (publish.go publish). admitPublish
 // applies the rate and size bounds (ratelimit.go publishBudgets.admit, the
-// limits) and then routes by topic:
+// limits; an ACL entry's own figures) and the ACL (permissions.go
+// publishFeatureRefusal, publishACLRefusal: write, or delete on a latest
+// channel; the $saguin/ requests ask seek, read or consume) and then routes
+// by topic:
 //
 //   - $saguin/ — reserved.go publishReserved: a point read (pointread.go
 //     pointRead), a seek (seek.go seek) or a queue answer
@@ -125,7 +133,7 @@
 // takes the owner's turn (ownership.go ownerTurn) and calls subscribe.go
 // subscribe: each filter judged by the configuration's routing (route.go
 // routing.filterCode, routing.queueFormCode; saguin --route asks the same
-// code), the channel
+// code) and then the ACL (permissions.go subscribeRefusal), the channel
 // consumers made (addChannelSubscription, startingPosition; latest.go
 // addLatestSubscriptions; queueEngine.addWorker), the session stored, the
 // SUBACK written, and then the retained pass: retained.go retainedFor
@@ -220,7 +228,7 @@
 //	                             never two of them at once
 //	outbox.mu                    takes encodings.mu only (outbox.countLocked → broadcastMsg.heldLocked)
 //	leaves (take no other lock of ours):
-//	  session.mu  deliveries.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu
+//	  session.mu  deliveries.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu  authPenalties.mu
 //	  inbound.mu  publishBudgets.mu  gate.mu  admitListener.mu  door.mu  idClaims.mu
 //	  connWriter.mu  encodings.mu (a broadcast message's kept encodings, fanout_encode.go;
 //	                 never held while encoding)
@@ -291,6 +299,7 @@
 //     deliveries.takeBack, deliveries.resume, queueEngine.removeWorker,
 //     queueEngine.handOver, Broker.restoreSessions.
 //  16. no client can withhold another's acknowledgement:
+//     Broker.permit (the ACL asked per delivery, permissions.go),
 //     Broker.logBroadcast, pendingMax, clientConn.write, clientConn.writeOut,
 //     consumer.prepare, deliveries.write, deliveries.stopWriting,
 //     outbox.run, outbox.fill, inbound.publish, latestConsumer.offer.

@@ -133,52 +133,90 @@ func TestInvariant13_MaxConnectRateBucket(t *testing.T) {
 // is dropped once refilled (the bound on what is kept).
 func TestInvariant13_PublishBudgets(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	p := publishBudgets{rate: 2, bytes: 1000}
+	p := publishBudgets{}
+	pf := budgetFigures{rate: 2, bytes: 1000}
 	for i := range 2 {
-		if ok, _ := p.admit("a", 10, t0); !ok {
+		if ok, _ := p.admit("a", 10, t0, pf); !ok {
 			t.Fatalf("message %d within the rate refused", i)
 		}
 	}
-	if ok, which := p.admit("a", 10, t0); ok || which != "limits.publish_rate" {
+	if ok, which := p.admit("a", 10, t0, pf); ok || which != "publish_rate" {
 		t.Fatalf("third in the same instant: %v %q", ok, which)
 	}
-	if ok, _ := p.admit("b", 10, t0); !ok {
+	if ok, _ := p.admit("b", 10, t0, pf); !ok {
 		t.Fatal("another client id was charged")
 	}
-	if ok, _ := p.admit("a", 10, t0.Add(500*time.Millisecond)); !ok {
+	if ok, _ := p.admit("a", 10, t0.Add(500*time.Millisecond), pf); !ok {
 		t.Fatal("refilled token refused")
 	}
 
-	q := publishBudgets{bytes: 1000}
-	if ok, _ := q.admit("c", 600, t0); !ok {
+	q := publishBudgets{}
+	qf := budgetFigures{bytes: 1000}
+	if ok, _ := q.admit("c", 600, t0, qf); !ok {
 		t.Fatal("600 of 1000 refused")
 	}
-	if ok, which := q.admit("c", 600, t0); ok || which != "limits.publish_bytes" {
+	if ok, which := q.admit("c", 600, t0, qf); ok || which != "publish_bytes" {
 		t.Fatalf("600 more: %v %q", ok, which)
 	}
-	if ok, _ := q.admit("c", 400, t0); !ok {
+	if ok, _ := q.admit("c", 400, t0, qf); !ok {
 		t.Fatal("the refused message was charged: 400 left should fit")
 	}
 	t1 := t0.Add(10 * time.Second)
-	if ok, _ := q.admit("c", 5000, t1); !ok {
+	if ok, _ := q.admit("c", 5000, t1, qf); !ok {
 		t.Fatal("a message over the whole budget refused on a full budget")
 	}
 	// 4000 in deficit: four seconds pays it back, one more refills.
-	if ok, _ := q.admit("c", 1, t1.Add(3*time.Second)); ok {
+	if ok, _ := q.admit("c", 1, t1.Add(3*time.Second), qf); ok {
 		t.Fatal("admitted while in deficit")
 	}
-	if ok, _ := q.admit("c", 1, t1.Add(5*time.Second)); !ok {
+	if ok, _ := q.admit("c", 1, t1.Add(5*time.Second), qf); !ok {
 		t.Fatal("refused after the deficit was paid back")
 	}
 	if q.held() != 1 {
 		t.Fatalf("held %d budgets", q.held())
 	}
 	// Once refilled, a budget is dropped (at the next check a second on).
-	if ok, _ := q.admit("d", 1, t1.Add(time.Hour)); !ok {
+	if ok, _ := q.admit("d", 1, t1.Add(time.Hour), qf); !ok {
 		t.Fatal("d refused")
 	}
 	if q.held() != 1 {
 		t.Fatalf("refilled budget kept: %d held, want only d's", q.held())
+	}
+}
+
+// A budget made for other figures (an ACL entry's limits changed by a
+// reload, or the client id now connecting as another user) follows the new
+// figures without refilling: what was spent stays spent.
+func TestPublishBudgetFollowsNewFiguresWithoutRefilling(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var p publishBudgets
+	for i := range 5 {
+		if ok, _ := p.admit("a", 1, t0, budgetFigures{rate: 5}); !ok {
+			t.Fatalf("message %d within 5/s refused", i)
+		}
+	}
+	// Raised to 100/s: the five spent this instant stay spent, so the
+	// burst left is 95, not a fresh 100.
+	n := 0
+	for ; n < 200; n++ {
+		if ok, _ := p.admit("a", 1, t0, budgetFigures{rate: 100}); !ok {
+			break
+		}
+	}
+	if n != 0 {
+		t.Errorf("after the raise, %d admitted at once; the old bucket was empty, so none should be", n)
+	}
+	// Lowered: the tokens left are capped by the new burst.
+	var q publishBudgets
+	q.admit("b", 1, t0, budgetFigures{rate: 100})
+	n = 0
+	for ; n < 200; n++ {
+		if ok, _ := q.admit("b", 1, t0, budgetFigures{rate: 3}); !ok {
+			break
+		}
+	}
+	if n != 3 {
+		t.Errorf("lowered to 3/s: %d admitted at once, want 3", n)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/acl"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/topic"
 )
@@ -79,6 +80,9 @@ func (b *Broker) pointRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	if ch.values == nil {
 		return b.refuse(cl, pk, withReason(codeTopicInvalid,
 			fmt.Sprintf("the key is in channel %s, a %s channel; a point read reaches latest channels only", name, ch.cfg.Type)))
+	}
+	if why := b.reservedRefusal(cl, func(g *acl.Grants) bool { return g.MayRead(key, name) }, "read of this key on channel "+name); why != "" {
+		return b.refuse(cl, pk, withReason(codeNotAuthorized, why))
 	}
 	rec, found, err := ch.values.Get(key)
 	if err != nil {

@@ -85,6 +85,9 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 	if out, over, err := b.overPublishBudget(cl, pk); over { // limits.publish_rate/bytes (ratelimit.go)
 		return decided(out, err)
 	}
+	if g, all := b.grantsOf(cl); !all && g != nil && b.publishFeatureRefusal(cl, g, pk) {
+		return decided(pk, packets.ErrRejectPacket)
+	}
 	t := pk.TopicName
 	lim := b.cfg.Broker.Limits
 	// Bounds checked on what the packet declares, before anything is kept
@@ -130,6 +133,14 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 	}
 
 	name, ok := b.resolver.Resolve(t)
+	if ok && b.channels[name].cfg.DeadLetterOf != "" {
+		ch := b.channels[name]
+		return decided(b.refuse(cl, pk, withReason(codeNotAuthorized,
+			fmt.Sprintf("%s is the dead-letter channel of queue %s; only the broker writes it", ch.name, ch.cfg.DeadLetterOf))))
+	}
+	if out, err, allowed := b.publishACLRefusal(cl, pk, name); !allowed {
+		return decided(out, err)
+	}
 	if !ok {
 		// Broadcast: forwarded as published, less any saguin-* property.
 		pk.Properties.User = stripReserved(pk.Properties.User, false)
@@ -147,10 +158,6 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 		return decided(pk, nil)
 	}
 	ch := b.channels[name]
-	if ch.cfg.DeadLetterOf != "" {
-		return decided(b.refuse(cl, pk, withReason(codeNotAuthorized,
-			fmt.Sprintf("%s is the dead-letter channel of queue %s; only the broker writes it", ch.name, ch.cfg.DeadLetterOf))))
-	}
 	if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener {
 		// Held until PUBREL, written then (RFC 0003 §2, qos2.go). A Will
 		// is written at once: nobody will send its PUBREL.

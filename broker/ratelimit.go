@@ -75,16 +75,31 @@ type publishBudgets struct {
 }
 
 type clientBudget struct {
-	msgs, bytes *tokenBucket // nil where that limit is unset
+	// rate and bytesRate are the figures the buckets were made for.
+	rate      int
+	bytesRate int64
+	msgs      *tokenBucket // nil where that limit is unset
+	bytes     *tokenBucket
 }
 
-func (p *publishBudgets) bounded() bool { return p.rate > 0 || p.bytes > 0 }
+// budgetFigures are the publish figures one client is held to: the
+// broker-wide limits, or its ACL entry's (RFC 0002 §1.5: figures follow the
+// user name, the budget follows the client id).
+type budgetFigures struct {
+	rate  int   // messages per second, 0 = no bound
+	bytes int64 // bytes per second, 0 = no bound
+}
 
-// admit charges one message of size bytes to id, or reports that it is over
-// either budget (nothing charged then: a refused message costs nothing).
-// Burst: one second's worth of each (rfcs/limits.md).
-func (p *publishBudgets) admit(id string, size int, now time.Time) (ok bool, which string) {
-	if !p.bounded() {
+func (f budgetFigures) bounded() bool { return f.rate > 0 || f.bytes > 0 }
+
+// admit charges one message of size bytes to id held to figures f, or
+// reports that it is over either budget (nothing charged then: a refused
+// message costs nothing). Burst: one second's worth of each
+// (rfcs/limits.md). A budget made for other figures (a reload changed the
+// user's limits, or the id now connects as another user) is made again
+// for these, keeping what was spent: a change of figures never refills it.
+func (p *publishBudgets) admit(id string, size int, now time.Time, f budgetFigures) (ok bool, which string) {
+	if !f.bounded() {
 		return true, ""
 	}
 	p.mu.Lock()
@@ -102,21 +117,30 @@ func (p *publishBudgets) admit(id string, size int, now time.Time) (ok bool, whi
 		}
 	}
 	cb := p.byID[id]
-	if cb == nil {
-		cb = &clientBudget{}
-		if p.rate > 0 {
-			cb.msgs = newTokenBucket(float64(p.rate), float64(p.rate), now)
+	if cb == nil || cb.rate != f.rate || cb.bytesRate != f.bytes {
+		next := &clientBudget{rate: f.rate, bytesRate: f.bytes}
+		if f.rate > 0 {
+			next.msgs = newTokenBucket(float64(f.rate), float64(f.rate), now)
+			if cb != nil && cb.msgs != nil {
+				cb.msgs.refill(now)
+				next.msgs.tokens = min(next.msgs.tokens, cb.msgs.tokens)
+			}
 		}
-		if p.bytes > 0 {
-			cb.bytes = newTokenBucket(float64(p.bytes), float64(p.bytes), now)
+		if f.bytes > 0 {
+			next.bytes = newTokenBucket(float64(f.bytes), float64(f.bytes), now)
+			if cb != nil && cb.bytes != nil {
+				cb.bytes.refill(now)
+				next.bytes.tokens = min(next.bytes.tokens, cb.bytes.tokens)
+			}
 		}
+		cb = next
 		p.byID[id] = cb
 	}
 	if cb.msgs != nil && !cb.msgs.allows(now, 1) {
-		return false, "limits.publish_rate"
+		return false, "publish_rate"
 	}
 	if cb.bytes != nil && !cb.bytes.allows(now, float64(size)) {
-		return false, "limits.publish_bytes"
+		return false, "publish_bytes"
 	}
 	if cb.msgs != nil {
 		cb.msgs.take(1)
@@ -143,17 +167,30 @@ func (b *Broker) overPublishBudget(cl *mqtt.Client, pk packets.Packet) (packets.
 	// A Will is published by the broker for a client that is gone, on a
 	// stand-in with no socket: the budget bounds what a live connection
 	// sends, and a Will was bounded when its CONNECT was (rfcs/limits.md).
-	if cl.Net.Conn == nil || b.gate == nil || !b.gate.pub.bounded() {
+	if cl.Net.Conn == nil || b.gate == nil {
+		return pk, false, nil
+	}
+	figures, source := budgetFigures{rate: b.gate.pub.rate, bytes: b.gate.pub.bytes}, "limits."
+	if g, all := b.grantsOf(cl); !all && g != nil {
+		// The ACL resolved the entry's limits against broker.limits.
+		pl := g.PublishLimits()
+		figures = budgetFigures{rate: pl.Rate, bytes: pl.Bytes}
+		if pl.FromEntry {
+			source = "the ACL entry's limits."
+		}
+	}
+	if !figures.bounded() {
 		return pk, false, nil
 	}
 	size := len(pk.TopicName) + len(pk.Payload)
 	for _, u := range pk.Properties.User {
 		size += len(u.Key) + len(u.Val)
 	}
-	ok, which := b.gate.pub.admit(cl.ID, size, b.clock.Now())
+	ok, which := b.gate.pub.admit(cl.ID, size, b.clock.Now(), figures)
 	if ok {
 		return pk, false, nil
 	}
+	which = source + which
 	b.gate.refusedRate.Add(1)
 	code := withReason(codeQuotaExceeded, publishRateReason+": "+which)
 	if pk.FixedHeader.Qos == 1 && cl.Properties.ProtocolVersion >= 5 {

@@ -7,6 +7,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/acl"
 )
 
 // publishReserved routes a PUBLISH under $saguin/. Exactly five topics are
@@ -63,6 +65,9 @@ func (b *Broker) queueAnswer(cl *mqtt.Client, pk packets.Packet, name string) (p
 	q := b.engines[name]
 	if q == nil {
 		return b.refuse(cl, pk, withReason(codeTopicInvalid, fmt.Sprintf("no queue is named %s", name)))
+	}
+	if why := b.reservedRefusal(cl, func(g *acl.Grants) bool { return g.MayConsume(name) }, "consume on queue "+name); why != "" {
+		return b.refuse(cl, pk, withReason(codeNotAuthorized, why))
 	}
 	s := b.sessionOf(cl.ID)
 	if s == nil || s.owner() != cl {

@@ -83,10 +83,11 @@ func startMatrixBroker(t *testing.T, provider string) *brokertest.Process {
 // deliveries left unacknowledged across a restart, which a client library
 // would complete on its own.
 type mxConn struct {
-	t    testing.TB
-	id   string
-	conn net.Conn
-	r    *bufio.Reader
+	t       testing.TB
+	id      string
+	conn    net.Conn
+	r       *bufio.Reader
+	version byte // 5, or 4 for MQTT 3.1.1
 }
 
 // mxConnect is what a CONNECT carries in the matrix.
@@ -95,17 +96,39 @@ type mxConnect struct {
 	expiry         uint32 // Session Expiry Interval, seconds
 	receiveMaximum uint16
 	will           *packets.Packet // Connect.Will* and WillProperties, if any
+	// user and password are sent when user is set (password may be empty).
+	user, password string
+	// v311 connects as MQTT 3.1.1 (protocol level 4).
+	v311 bool
+	// from is the loopback address to connect from ("" any): failed
+	// authentications are counted per address (authpenalty.go).
+	from string
 }
 
 // dialMx connects id and returns the connection and its CONNACK; a CONNACK
 // refusing the connection fails the test.
 func dialMx(t testing.TB, addr, id string, o mxConnect) (*mxConn, packets.Packet) {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	c, ack := connectMx(t, addr, id, o)
+	if ack.ReasonCode != 0 {
+		t.Fatalf("%s: CONNACK refused 0x%02x %q", id, ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	return c, ack
+}
+
+// connectMx connects id and returns the connection and its CONNACK, a
+// refusing one included.
+func connectMx(t testing.TB, addr, id string, o mxConnect) (*mxConn, packets.Packet) {
+	t.Helper()
+	d := net.Dialer{Timeout: 10 * time.Second}
+	if o.from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(o.from)}
+	}
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", id, err)
 	}
-	c := &mxConn{t: t, id: id, conn: nc, r: bufio.NewReader(nc)}
+	c := &mxConn{t: t, id: id, conn: nc, r: bufio.NewReader(nc), version: 5}
 	t.Cleanup(func() { _ = nc.Close() })
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
@@ -115,20 +138,27 @@ func dialMx(t testing.TB, addr, id string, o mxConnect) (*mxConn, packets.Packet
 		Properties: packets.Properties{SessionExpiryInterval: o.expiry, SessionExpiryIntervalFlag: o.expiry > 0,
 			ReceiveMaximum: o.receiveMaximum},
 	}
+	if o.v311 {
+		c.version = 4
+		pk.ProtocolVersion = 4
+		pk.Properties = packets.Properties{}
+	}
+	if o.user != "" {
+		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(o.user)
+		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(o.password)
+	}
 	if o.will != nil {
 		pk.Connect.WillFlag = true
 		pk.Connect.WillTopic = o.will.Connect.WillTopic
 		pk.Connect.WillPayload = o.will.Connect.WillPayload
 		pk.Connect.WillQos = o.will.Connect.WillQos
+		pk.Connect.WillRetain = o.will.Connect.WillRetain
 		pk.Connect.WillProperties = o.will.Connect.WillProperties
 	}
 	c.write(pk, (*packets.Packet).ConnectEncode)
 	ack := c.read(mxWait)
 	if ack.FixedHeader.Type != packets.Connack {
 		t.Fatalf("%s: first packet from the broker is type %d, not CONNACK", id, ack.FixedHeader.Type)
-	}
-	if ack.ReasonCode != 0 {
-		t.Fatalf("%s: CONNACK refused 0x%02x %q", id, ack.ReasonCode, ack.Properties.ReasonString)
 	}
 	return c, ack
 }
@@ -139,6 +169,9 @@ func (c *mxConn) write(pk packets.Packet, enc func(*packets.Packet, *bytes.Buffe
 	// (and a Will's) Response Topic and Correlation Data: a queue answer
 	// would arrive with no Delivery ID.
 	pk.Mods.AllowResponseInfo = true
+	if c.version != 0 {
+		pk.ProtocolVersion = c.version // every packet in the connection's protocol
+	}
 	var buf bytes.Buffer
 	if err := enc(&pk, &buf); err != nil {
 		c.t.Fatalf("%s: encoding packet type %d: %v", c.id, pk.FixedHeader.Type, err)
@@ -163,7 +196,7 @@ func (c *mxConn) read(d time.Duration) packets.Packet {
 // came within d, io.EOF when the broker closed the connection.
 func (c *mxConn) readWithin(d time.Duration) (packets.Packet, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(d))
-	return brokertest.ReadPacket(c.r, 5)
+	return brokertest.ReadPacket(c.r, c.version)
 }
 
 // expect reads the next packet and fails unless it has type typ.

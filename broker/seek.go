@@ -10,6 +10,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/acl"
 	"saguin.dev/storage"
 )
 
@@ -109,6 +110,9 @@ func (b *Broker) seek(cl *mqtt.Client, pk packets.Packet, name string) (packets.
 	if ch.log == nil {
 		return b.refuse(cl, pk, withReason(codeTopicInvalid,
 			fmt.Sprintf("seek: %s is a %s channel; only append channels take a seek", name, ch.cfg.Type)))
+	}
+	if why := b.reservedRefusal(cl, func(g *acl.Grants) bool { return g.MaySeek(name) }, "seek on channel "+name); why != "" {
+		return b.refuse(cl, pk, withReason(codeNotAuthorized, why))
 	}
 
 	reply := func(payload string, extra ...packets.UserProperty) {

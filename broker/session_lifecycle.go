@@ -22,7 +22,13 @@ import (
 // substrate looks at the session: the moment the new connection claims it.
 func (b *Broker) establishSession(cl *mqtt.Client, pk packets.Packet) {
 	b.claimForConnect(cl)
-	if b.claimSession(cl, pk) && !pk.Connect.Clean {
+	asked := pk.Connect.Clean
+	if ca := authOf(cl); ca != nil && ca.notPersistent {
+		// RFC 0002 §3.6: a client denied persistent gets a session that
+		// ends with the connection, whatever it asked for.
+		pk.Connect.Clean = true
+	}
+	if b.claimSession(cl, pk) && !asked {
 		// The session ended at this takeover although the CONNECT asked
 		// to resume it: the substrate would carry it over (ownership.go).
 		b.endAtTakeover(cl)
@@ -137,6 +143,14 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	// The connection's Will is the session's now; Sagüin sends it, not the
 	// substrate (wills.go).
 	s.will = willOf(pk)
+	if s.will != nil {
+		// A Will fired later is judged as the identity that armed it
+		// (RFC 0002 §4.4), which is kept with it across a restart.
+		s.will.username = ""
+		if ca := authOf(cl); ca != nil {
+			s.will.username = ca.user
+		}
+	}
 	cl.Properties.Will = mqtt.Will{}
 	s.cl = cl
 	s.expiry = exp

@@ -4,14 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"saguin.dev/broker/partition"
 	"strings"
 	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/acl"
 	"saguin.dev/broker/internal/logging"
+	"saguin.dev/broker/partition"
 	"saguin.dev/storage"
 )
 
@@ -49,6 +50,19 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		if f.RetainHandling == 3 {
 			_ = b.mqtt.DisconnectClient(cl, packets.ErrProtocolViolation)
 			return pk, packets.ErrProtocolViolation
+		}
+	}
+	g, all := b.grantsOf(cl)
+	if !all && v5 && g != nil && g.Denies(acl.Share) {
+		for _, f := range pk.Filters {
+			if strings.HasPrefix(f.Filter, "$share/") {
+				// RFC 0002 §3.2, §3.6: the CONNACK said Shared Subscription
+				// Available 0; a client that asks anyway is disconnected.
+				code := withReason(packets.ErrSharedSubscriptionsNotSupported, "this client may not use shared subscriptions")
+				b.refused(slog.LevelWarn, cl, refuseSubscribe, code.Code, "DISCONNECT: shared subscription from a client denied share", "filter", f.Filter)
+				_ = b.mqtt.DisconnectClient(cl, code)
+				return pk, code
+			}
 		}
 	}
 
@@ -121,6 +135,11 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 			var why string
 			if code, why = b.filterCode(cl, f); code >= 0x80 {
 				refusedHere.add(f.Filter, code, why)
+			} else if !all {
+				// The ACL may only narrow what the configuration grants.
+				if code, why = b.subscribeRefusal(g, f, code); code >= 0x80 {
+					refusedHere.add(f.Filter, code, why)
+				}
 			}
 		}
 		if code >= 0x80 {

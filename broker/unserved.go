@@ -5,13 +5,11 @@ import (
 )
 
 // Unserved lists, as findings placed where each key is written, what a
-// configuration asks for that this build cannot keep: client authentication
-// (password files), roles (acl_file) and the operations listener are read
-// and checked by the configuration loader (RFC 0002) but not yet served by
-// the broker. Starting anyway would admit every client or leave a door
+// configuration asks for that this build cannot keep: the operations
+// listener is read and checked by the configuration loader (RFC 0002) but
+// not yet served by the broker. Starting anyway would leave a door
 // unopened — silently; the broker never acknowledges a promise it cannot
-// keep, its configuration included. (TLS, WebSocket doors and the PROXY
-// protocol are served: doors.go.)
+// keep, its configuration included.
 //
 // It is a config.Check: --check-config and the start run it in the
 // loader's own pass, so these findings come with the others, in the same
@@ -19,22 +17,6 @@ import (
 // that load without it.
 func Unserved(cfg *config.Config) []config.Finding {
 	var out []config.Finding
-	add := func(key, what string) {
-		out = append(out, cfg.At(key, what+" is not enforced by this build of Sagüin; remove the key (clients would otherwise be admitted without it)"))
-	}
-	if cfg.Broker.PasswordFile != "" {
-		add("broker.mqtt.password_file", "client authentication")
-	}
-	if cfg.Broker.ACLFile != "" {
-		add("broker.mqtt.acl_file", "the roles an ACL grants")
-	}
-	for _, l := range cfg.Broker.Listeners {
-		// A door's own password file is its own finding: fixing the
-		// block's must not reveal it only on the following run.
-		if l.PasswordFile != "" && l.PasswordFile != cfg.Broker.PasswordFile {
-			add(l.ID+".password_file", "client authentication")
-		}
-	}
 	if cfg.Broker.Operations != nil {
 		out = append(out, cfg.At("broker.operations",
 			"the operations listener (/health, /metrics, /v1/operations) is not served by this build of Sagüin; remove the block (nothing would listen on it)"))

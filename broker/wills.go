@@ -10,6 +10,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/acl"
 )
 
 // Wills are Sagüin's, not the substrate's (RFC 0003 "Last Will"): the
@@ -112,14 +114,29 @@ func (b *Broker) willRefusal(pk packets.Packet) (packets.Code, bool) {
 	return packets.Code{}, false
 }
 
-// willAllowed asks the acl_file whether the client may publish to its
-// Will's topic (RFC 0003: a Will meets the rules the client's own PUBLISH
-// meets; configuration.md §3, CONNACK 0x87). It is asked at CONNECT and
-// again when the Will fires, as the client that armed it, since the rules
-// can be reloaded in between.
+// willAllowed asks the ACL whether the client may publish to its Will's
+// topic (RFC 0003: a Will meets the rules the client's own PUBLISH meets;
+// configuration.md §3, CONNACK 0x87), at CONNECT.
 func (b *Broker) willAllowed(cl *mqtt.Client, topic string) bool {
-	h := hook{b: b}
-	return h.OnACLCheck(cl, topic, true)
+	g, all := b.grantsOf(cl)
+	return all || b.mayPublishTo(g, topic, false)
+}
+
+// willStillAllowed is the question asked again when a Will fires (RFC 0002
+// §4.4), as the identity that armed it: the rules may have been reloaded
+// since its CONNECT, and its connection may be gone.
+func (b *Broker) willStillAllowed(id string, w *will) bool {
+	g := b.grantsFor(w.username, id)
+	if g == nil {
+		return true // no ACL
+	}
+	if g.Denies(acl.Will) || (w.qos == 2 && g.Denies(acl.QoS2)) {
+		return false
+	}
+	if _, channel := b.resolver.Resolve(w.topic); w.retain && !channel && g.Denies(acl.Retained) {
+		return false
+	}
+	return b.mayPublishTo(g, w.topic, len(w.payload) == 0)
 }
 
 // refuseWill answers a CONNECT whose Will is refused. A 3.1.1 client has no
@@ -252,7 +269,7 @@ func (b *Broker) publishWill(id string, w *will) {
 	as := b.mqtt.NewClient(nil, willListener, id, false)
 	as.Properties.ProtocolVersion = 5
 	as.Properties.Username = []byte(w.username)
-	if !b.willAllowed(as, w.topic) {
+	if !b.willStillAllowed(id, w) {
 		// The one question asked again when a Will fires (RFC 0003).
 		b.log.Warn("Will not published: its client may no longer publish there", "client", id,
 			"topic", w.topic, "reason", codeNotAuthorized.Reason)

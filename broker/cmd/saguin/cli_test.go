@@ -131,8 +131,8 @@ func TestShippedExampleConfigurationPassesCheckConfig(t *testing.T) {
 var findingLine = regexp.MustCompile(`^  (/[^:]+):(\d+): (\S+)( "[^"]*")?: (.+)$`)
 
 // --check-config reports every finding in one pass and one format: what
-// this build does not serve (a password file, the operations listener)
-// beside the schema's own findings, each with file:line, key and fix — not
+// this build does not serve (the operations listener) and a password file's
+// damaged line beside the schema's own findings, each with file:line, key and fix — not
 // only once the rest is clean, and not in a second format. A tls block
 // naming certificate files that do not exist gets its findings in the same
 // pass; the TLS and WebSocket doors themselves are served, so not refused.
@@ -174,11 +174,13 @@ func TestCheckConfigReportsEveryFindingInOnePassAndOneFormat(t *testing.T) {
 	if !strings.HasPrefix(lines[0], "configuration is invalid: "+path) {
 		t.Errorf("first line %q; want it to begin %q", lines[0], "configuration is invalid: "+path)
 	}
-	wants := map[string]string{ // key -> line in the file
-		"broker.log_level":                     "3",
-		"broker.mqtt.password_file":            "5",
-		"broker.mqtt.listen.tcp.tls.cert_file": "10",
-		"broker.operations":                    "14",
+	// key -> file:line. The password file's damaged line is placed in
+	// that file, under the key that names it.
+	wants := map[string]string{
+		"broker.log_level":                     path + ":3",
+		"broker.mqtt.password_file":            pw + ":1",
+		"broker.mqtt.listen.tcp.tls.cert_file": path + ":10",
+		"broker.operations":                    path + ":14",
 	}
 	seen := map[string]bool{}
 	for _, l := range lines[1:] {
@@ -187,13 +189,13 @@ func TestCheckConfigReportsEveryFindingInOnePassAndOneFormat(t *testing.T) {
 			t.Errorf("a finding not in the file:line: key: problem format: %q", l)
 			continue
 		}
-		if m[1] != path {
-			t.Errorf("finding names file %q, want %q: %q", m[1], path, l)
+		if m[1] != path && m[1] != pw {
+			t.Errorf("finding names file %q, want %q or %q: %q", m[1], path, pw, l)
 		}
 		if want, ok := wants[m[3]]; ok {
 			seen[m[3]] = true
-			if m[2] != want {
-				t.Errorf("finding on %s names line %s, want %s: %q", m[3], m[2], want, l)
+			if got := m[1] + ":" + m[2]; got != want {
+				t.Errorf("finding on %s is placed at %s, want %s: %q", m[3], got, want, l)
 			}
 		}
 	}
@@ -271,8 +273,9 @@ func TestRereadLogLevelChangesWhatTheLoggerWrites(t *testing.T) {
 // A configuration that does not load stops a start before logging is set
 // up: "configuration is invalid:" and the findings on stderr, exit 1 — and
 // the warnings of the same pass are said too, here a door identifying
-// nobody beside an acl_file (which this build refuses, so the warning
-// would otherwise never be seen). A relative pid_file is one finding.
+// nobody beside an acl_file. A relative pid_file is one finding; the damaged
+// password file line and the ACL's unknown verbs are others, each placed in
+// its own file.
 func TestInvalidConfigurationStopsTheStartWithItsFindingsAndWarnings(t *testing.T) {
 	dir := t.TempDir()
 	pw := writeFile(t, dir, "passwords", "dev:$7$101$abcdefghijklmnop$abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghijkl==\n")
@@ -289,7 +292,8 @@ func TestInvalidConfigurationStopsTheStartWithItsFindingsAndWarnings(t *testing.
 		for _, want := range []string{
 			"configuration is invalid: " + path,
 			path + `:7: broker.pid_file "saguin.pid": the path is relative`,
-			path + ":9: broker.mqtt.acl_file",
+			pw + ":1: broker.mqtt.listen.tcp[fleet].password_file: user \"dev\"",
+			acl + `:4: roles.all[0].allow[0] "publish": unknown verb`,
 			"warning: " + path + ":15: broker.mqtt.listen.tcp[plain]: identifies nobody",
 		} {
 			if !strings.Contains(errOut, want) {

@@ -10,7 +10,8 @@
 //
 // SIGINT and SIGTERM shut down gracefully (positions stored, memory snapshots
 // written, the pid file removed); SIGUSR1 re-reads broker.log_level, the ws
-// doors' origins and the TLS doors' certificate files; SIGHUP
+// doors' origins, the password files, the ACL and the TLS doors' certificate
+// files; SIGHUP
 // is caught and ignored (there is no configuration reload). SIGKILL is the
 // crash the durability rules are written for. rfcs/process.md says why.
 package main
@@ -30,7 +31,6 @@ import (
 	"text/tabwriter"
 
 	"saguin.dev/broker"
-	"saguin.dev/broker/acl"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/faults"
 	"saguin.dev/broker/internal/logging"
@@ -90,7 +90,8 @@ Signals:
   SIGINT, SIGTERM   shut down gracefully: positions stored, memory snapshots
                     written, the pid file removed
   SIGUSR1           re-read broker.log_level and the ws doors' origins from
-                    the configuration file, and every TLS door's certificate,
+                    the configuration file, every password file and the ACL
+                    file (all or nothing), and every TLS door's certificate,
                     key and client CA files
   SIGHUP            ignored (logged): there is no configuration reload
 
@@ -165,7 +166,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // load reads a configuration with every check of this build in one pass.
 func load(path string) (*config.Config, error) {
-	return config.Load(path, broker.Unserved, acl.Check)
+	return config.Load(path, broker.ConfigChecks()...)
 }
 
 // printInvalid writes a configuration's findings to stderr as
@@ -268,6 +269,7 @@ func serve(path string, stdout, stderr io.Writer) int {
 			if cfg := rereadLogLevel(path, level, log); cfg != nil {
 				b.ReloadOrigins(cfg) // ws doors' same_origin, allowed_origins
 			}
+			_ = b.ReloadAuthority()    // every MQTT password file and the ACL, all or nothing; it logs what each holds
 			_ = b.ReloadCertificates() // every TLS door's files, all or nothing; it logs each door
 			continue
 		}
