@@ -12,6 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/brokertest"
+	"saguin.dev/broker/internal/clock"
 	"saguin.dev/broker/passwd"
 )
 
@@ -80,11 +81,17 @@ roles:
   no-exactly-once:
     - broker: features
       deny: [retained, qos2]
+  hangman:
+    - broker: sessions
+      allow: [disconnect]
 users:
   "sensor-*":
     roles: [device]
     client_ids: "%u"
-  alice: [reader, producer]
+  alice: [reader, producer, hangman]
+  limited:
+    roles: [device]
+    limits: {publish_rate: 2}
   "worker-*": [worker]
   bob: [device, plain]
   carol: [device, no-exactly-once]
@@ -92,7 +99,7 @@ users:
 
 // authPasswords are the users of authPasswordFile, each with password
 // "pw-" + name.
-var authPasswords = []string{"sensor-1", "sensor-2", "alice", "worker-1", "worker-2", "bob", "carol"}
+var authPasswords = []string{"sensor-1", "sensor-2", "alice", "worker-1", "worker-2", "bob", "carol", "limited"}
 
 func writePasswordFile(t *testing.T, path string, users ...string) {
 	t.Helper()
@@ -114,14 +121,14 @@ func writePasswordFile(t *testing.T, path string, users ...string) {
 	}
 }
 
-func startAuthBroker(t *testing.T) (*brokertest.Broker, string) {
+func startAuthBroker(t *testing.T, opts ...brokertest.Option) (*brokertest.Broker, string) {
 	t.Helper()
 	dir := t.TempDir()
 	writePasswordFile(t, filepath.Join(dir, "passwd"), authPasswords...)
 	if err := os.WriteFile(filepath.Join(dir, "acl.yaml"), []byte(authACL), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return brokertest.Start(t, brokertest.Config(t, dir, authConfig)), dir
+	return brokertest.Start(t, brokertest.Config(t, dir, authConfig), opts...), dir
 }
 
 // as connects user (password "pw-"+user) with client id id.
@@ -434,4 +441,108 @@ func TestPasswordReloadIsAllOrNothing(t *testing.T) {
 	}
 	c, _ = dialMx(t, addr, "sensor-3", as("sensor-3", mxConnect{clean: true}))
 	c.disconnect()
+}
+
+// RFC 0002 §1.5, §1.12: an ACL entry's limits replace the broker-wide
+// publish figures for its users: past publish_rate, PUBACK 0x97 naming the
+// entry's limit, the connection kept; the budget refills with time (the
+// broker's clock, injected).
+func TestACLEntryLimitsBoundItsUsersPublishRate(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b, _ := startAuthBroker(t, brokertest.WithClock(fake))
+	c, _ := dialMx(t, b.Address(), "limited", as("limited", mxConnect{clean: true}))
+	c.publish1(1, "devices/limited/x", "1", packets.Properties{})
+	c.publish1(2, "devices/limited/x", "2", packets.Properties{})
+	c.publish(3, 1, "devices/limited/x", []byte("3"), packets.Properties{RequestProblemInfo: 1})
+	ack := c.expect(packets.Puback, "PUBACK past the entry's rate")
+	if ack.ReasonCode != 0x97 {
+		t.Fatalf("third publish in one instant at publish_rate 2: PUBACK 0x%02x, want 0x97", ack.ReasonCode)
+	}
+	fake.Advance(time.Second)
+	c.publish1(4, "devices/limited/x", "4", packets.Properties{})
+	// A user whose entry has no limits: broker.limits (none here).
+	s1, _ := dialMx(t, b.Address(), "sensor-1", as("sensor-1", mxConnect{clean: true}))
+	for i := 1; i <= 5; i++ {
+		s1.publish1(uint16(i), "devices/sensor-1/x", fmt.Sprint(i), packets.Properties{})
+	}
+}
+
+// RFC 0002 §4.4: the ACL is asked again when a Will fires, as the
+// identity that armed it: a grant withdrawn by a reload after the CONNECT
+// keeps the Will from being published.
+func TestWillRefusedWhenItsGrantWasWithdrawnBeforeItFired(t *testing.T) {
+	b, dir := startAuthBroker(t)
+	addr := b.Address()
+	alice, _ := dialMx(t, addr, "alice", as("alice", mxConnect{clean: true}))
+	alice.subscribe(1, "devices/#", 1)
+	will := &packets.Packet{Connect: packets.ConnectParams{WillTopic: "devices/sensor-1/will", WillPayload: []byte("gone"), WillQos: 1}}
+	s1, _ := dialMx(t, addr, "sensor-1", as("sensor-1", mxConnect{clean: true, will: will}))
+	withdrawn := strings.Replace(authACL, "    - topic: \"devices/%u/#\"\n      allow: [write, read]\n", "", 1)
+	if withdrawn == authACL {
+		t.Fatal("the test's ACL edit matched nothing")
+	}
+	rewriteACL(t, b, dir, withdrawn)
+	s1.drop() // an unclean end: the Will falls due
+	alice.quiet(500*time.Millisecond, "a Will its client may no longer publish")
+	if !b.Log.Contains("Will not published: its client may no longer publish there") {
+		t.Errorf("the refused Will is not logged:\n%s", b.Log.Tail(10))
+	}
+}
+
+// RFC 0002 §2.3, §3.3: $saguin/sessions/disconnect hangs up the client
+// its payload names — DISCONNECT 0x98, its session kept — answering
+// hung-up or no-such-client on the requester's Response Topic before the
+// PUBACK; without the disconnect verb 0x87, without a Response Topic, an
+// empty payload or naming oneself 0x83; a 3.1.1 requester is closed.
+func TestHangUpIsAnACLGatedPublish(t *testing.T) {
+	b, _ := startAuthBroker(t)
+	addr := b.Address()
+	victim, _ := dialMx(t, addr, "sensor-1", as("sensor-1", mxConnect{expiry: 3600}))
+	victim.subscribe(1, "devices/sensor-1/#", 1)
+	alice, _ := dialMx(t, addr, "alice", as("alice", mxConnect{clean: true}))
+	ask := func(c *mxConn, id uint16, target string, props packets.Properties) packets.Packet {
+		t.Helper()
+		c.publish(id, 1, "$saguin/sessions/disconnect", []byte(target), props)
+		return c.read(mxWait)
+	}
+	corr := []byte("q1")
+	first := ask(alice, 1, "sensor-1", packets.Properties{ResponseTopic: "answers/alice", CorrelationData: corr})
+	if first.FixedHeader.Type != packets.Publish || string(first.Payload) != "hung-up" || !bytes.Equal(first.Properties.CorrelationData, corr) || first.TopicName != "answers/alice" {
+		t.Fatalf("answer: type %d topic %q payload %q correlation %q; want hung-up on answers/alice with q1", first.FixedHeader.Type, first.TopicName, first.Payload, first.Properties.CorrelationData)
+	}
+	if ack := alice.expect(packets.Puback, "PUBACK of the hang-up"); ack.ReasonCode != 0 {
+		t.Fatalf("hang-up PUBACK 0x%02x", ack.ReasonCode)
+	}
+	if d := victim.expect(packets.Disconnect, "the victim's DISCONNECT"); d.ReasonCode != 0x98 {
+		t.Fatalf("the victim got DISCONNECT 0x%02x, want 0x98", d.ReasonCode)
+	}
+	if _, ack := dialMx(t, addr, "sensor-1", as("sensor-1", mxConnect{expiry: 3600})); !ack.SessionPresent {
+		t.Error("the hung-up client's session was not kept")
+	}
+	if a := ask(alice, 2, "nobody-here", packets.Properties{ResponseTopic: "answers/alice"}); string(a.Payload) != "no-such-client" {
+		t.Errorf("hang-up of an absent client answered %q, want no-such-client", a.Payload)
+	}
+	alice.expect(packets.Puback, "PUBACK")
+	for i, tc := range []struct {
+		target string
+		props  packets.Properties
+		code   byte
+	}{
+		{"sensor-1", packets.Properties{}, 0x83},                            // no Response Topic
+		{"", packets.Properties{ResponseTopic: "answers/alice"}, 0x83},      // names nobody
+		{"alice", packets.Properties{ResponseTopic: "answers/alice"}, 0x83}, // names itself
+	} {
+		if ack := ask(alice, uint16(10+i), tc.target, tc.props); ack.FixedHeader.Type != packets.Puback || ack.ReasonCode != tc.code {
+			t.Errorf("case %d: type %d reason 0x%02x, want PUBACK 0x%02x", i, ack.FixedHeader.Type, ack.ReasonCode, tc.code)
+		}
+	}
+	s2, _ := dialMx(t, addr, "sensor-2", as("sensor-2", mxConnect{clean: true}))
+	if ack := ask(s2, 1, "alice", packets.Properties{ResponseTopic: "devices/sensor-2/a"}); ack.FixedHeader.Type != packets.Puback || ack.ReasonCode != 0x87 {
+		t.Errorf("hang-up without the disconnect verb: type %d reason 0x%02x, want PUBACK 0x87", ack.FixedHeader.Type, ack.ReasonCode)
+	}
+	old, _ := dialMx(t, addr, "alice", as("alice", mxConnect{clean: true, v311: true}))
+	old.publish(1, 1, "$saguin/sessions/disconnect", []byte("sensor-2"), packets.Properties{})
+	if pk, err := old.readWithin(mxWait); err == nil {
+		t.Errorf("3.1.1 hang-up: the broker sent packet type %d, want the connection closed", pk.FixedHeader.Type)
+	}
 }

@@ -84,8 +84,9 @@
 //
 //   - $saguin/ — reserved.go publishReserved: a point read (pointread.go
 //     pointRead), a seek (seek.go seek) or a queue answer
-//     (reserved.go queueAnswer → queue.go queueEngine.answer); anything
-//     else refused.
+//     (reserved.go queueAnswer → queue.go queueEngine.answer) or an
+//     operator's hang-up (hangup.go hangUp: DISCONNECT 0x98 to the client
+//     named); anything else refused.
 //   - broadcast (no channel claims the topic) — a QoS 2 publish is held
 //     until its PUBREL (qos2_broadcast.go holdBroadcast); a retained one is
 //     stored first (retained.go retain, ordered with new subscriptions by

@@ -12,9 +12,10 @@ import (
 )
 
 // publishReserved routes a PUBLISH under $saguin/. Exactly five topics are
-// publishable (RFC 0002 §2.3); this broker serves three of them — point
-// read (pointread.go), seek (seek.go) and queue answers (below) — and
-// refuses the rest by name rather than pretending.
+// publishable (RFC 0002 §2.3); this broker serves four of them — point
+// read (pointread.go), seek (seek.go), queue answers (below) and the
+// hang-up (hangup.go) — and refuses the rest (the catalogue) by name
+// rather than pretending.
 func (b *Broker) publishReserved(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	t := pk.TopicName
 	switch route, name := reservedRoute(t); route {
@@ -24,6 +25,8 @@ func (b *Broker) publishReserved(cl *mqtt.Client, pk packets.Packet) (packets.Pa
 		return b.seek(cl, pk, name)
 	case routeQueueAnswer:
 		return b.queueAnswer(cl, pk, name)
+	case routeHangUp:
+		return b.hangUp(cl, pk) // hangup.go
 	}
 	return b.refuse(cl, pk, withReason(codeTopicInvalid,
 		fmt.Sprintf("%s is not a topic clients may publish to under $saguin/", t)))
@@ -36,14 +39,18 @@ const (
 	routePointRead
 	routeSeek        // $saguin/consumer/<channel>/seek
 	routeQueueAnswer // $saguin/queue/<queue>/response
+	routeHangUp      // $saguin/sessions/disconnect
 )
 
 // reservedRoute reads a $saguin/ publish topic, which is client input: the
 // channel or queue it names is one whole level, never empty and never
 // holding a '/', so no topic can address a name it does not spell out.
 func reservedRoute(t string) (int, string) {
-	if t == pointReadTopic {
+	switch t {
+	case pointReadTopic:
 		return routePointRead, ""
+	case hangUpTopic:
+		return routeHangUp, ""
 	}
 	if rest, ok := strings.CutPrefix(t, "$saguin/consumer/"); ok {
 		if name, ok := strings.CutSuffix(rest, "/seek"); ok && name != "" && !strings.Contains(name, "/") {
