@@ -1,12 +1,17 @@
 package broker_test
 
 import (
+	"bufio"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/brokertest"
 	"saguin.dev/broker/internal/mosquittotest"
@@ -89,4 +94,45 @@ func exitCode(err error) int {
 		return 0
 	}
 	return -1
+}
+
+// RFC 0002 §1.11: a certificate whose name holds a control character
+// names nobody the ACL could know; the CONNECT is refused 0x86 like a bad
+// password, on a mutual-TLS door where the certificate is the only way in.
+func TestCertificateNameWithAControlCharacterIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "acl.yaml"), []byte(authACL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pki := brokertest.NewPKI(t, dir, "ctl")
+	srv := pki.Server("server")
+	doors := `      tcp:
+        - name: fleet
+          address: "127.0.0.1:0"
+          tls: ` + tlsBlock(srv, `, client_ca_file: "`+pki.CAFile+`"`) + "\n"
+	tmpl := strings.Replace(authConfig, "    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n", "    listen:\n"+doors, 1)
+	tmpl = strings.Replace(tmpl, `    password_file: "{{.Dir}}/passwd"`+"\n", "", 1)
+	b := brokertest.Start(t, brokertest.Config(t, dir, tmpl))
+	for _, tc := range []struct {
+		cn   string
+		code byte
+	}{
+		{"sensor-5", 0},
+		{"sensor-\x016", 0x86},
+	} {
+		cert := pki.Client(fmt.Sprintf("client-%x", tc.cn), tc.cn)
+		conn, err := tls.Dial("tcp", doorAddr(t, b, "fleet"), &tls.Config{RootCAs: pki.Pool(), ServerName: "localhost",
+			Certificates: []tls.Certificate{cert.TLSCertificate(t)}})
+		if err != nil {
+			t.Fatalf("TLS with CN %q: %v", tc.cn, err)
+		}
+		c := &mxConn{t: t, id: "sensor-5", conn: conn, r: bufio.NewReader(conn), version: 5}
+		t.Cleanup(func() { _ = conn.Close() })
+		c.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
+			Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: "sensor-5", Clean: true, Keepalive: 30}},
+			(*packets.Packet).ConnectEncode)
+		if ack := c.expect(packets.Connack, "CONNACK"); ack.ReasonCode != tc.code {
+			t.Errorf("certificate CN %q: CONNACK 0x%02x, want 0x%02x", tc.cn, ack.ReasonCode, tc.code)
+		}
+	}
 }
