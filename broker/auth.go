@@ -265,7 +265,7 @@ func (b *Broker) authenticate(cl *mqtt.Client, pk packets.Packet, a *authority) 
 	if p.name != "" {
 		if err := passwd.CheckUserName(p.name); err != nil {
 			return nil, &authRefusal{code: packets.ErrBadUsernameOrPassword,
-				reason: fmt.Sprintf("the %s name %v", p.from, err)}
+				reason: fmt.Sprintf("from the %s: %v", p.from, err)}
 		}
 		ca.user, ca.from = p.name, p.from
 		return ca, nil
