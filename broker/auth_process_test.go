@@ -82,12 +82,7 @@ func TestSIGUSR1RereadsPasswordsAndACLInTheRunningBinary(t *testing.T) {
 	passwdAdd(t, pw, "alice", "pw-alice")
 	p.Signal(syscall.SIGUSR1)
 	waitCount(t, p, "SIGUSR1: password file read", 1)
-	alice, _ := dialMx(t, addr, "alice", as("alice", mxConnect{expiry: 3600}))
-	alice.subscribe(1, "events/#", 1)
-	s1, _ := dialMx(t, addr, "sensor-1", as("sensor-1", mxConnect{clean: true}))
-	s1.publish1(1, "events/sensor-1/t", "r1", packets.Properties{})
-	pk := alice.nextPublish("r1 while alice may read")
-	alice.puback(pk.PacketID)
+	alice, s1 := readingAlice(t, addr)
 
 	writeACL(strings.Replace(authACL, "    - channel: events\n      allow: [read, seek]\n", "", 1))
 	p.Signal(syscall.SIGUSR1)
