@@ -340,6 +340,23 @@ func TestInvariant10_FeatureDenials(t *testing.T) {
 	})
 }
 
+// readingAlice connects alice with a durable session reading the events
+// channel and sensor-1 writing to it, and has alice read and acknowledge
+// sensor-1's first record, r1 at offset 1.
+func readingAlice(t *testing.T, addr string) (alice, s1 *mxConn) {
+	t.Helper()
+	alice, _ = dialMx(t, addr, "alice", as("alice", mxConnect{expiry: 3600}))
+	alice.subscribe(1, "events/#", 1)
+	s1, _ = dialMx(t, addr, "sensor-1", as("sensor-1", mxConnect{clean: true}))
+	s1.publish1(1, "events/sensor-1/t", "r1", packets.Properties{})
+	pk := alice.nextPublish("r1 while alice may read")
+	if string(pk.Payload) != "r1" {
+		t.Fatalf("alice read %q, want r1", pk.Payload)
+	}
+	alice.puback(pk.PacketID)
+	return alice, s1
+}
+
 // rewriteACL replaces the ACL file and re-reads it as SIGUSR1 does.
 func rewriteACL(t *testing.T, b *brokertest.Broker, dir, text string) {
 	t.Helper()
@@ -358,12 +375,7 @@ func rewriteACL(t *testing.T, b *brokertest.Broker, dir, text string) {
 func TestInvariant16_ReloadStallsALiveDurableConsumerAndResumesIt(t *testing.T) {
 	b, dir := startAuthBroker(t)
 	addr := b.Address()
-	alice, _ := dialMx(t, addr, "alice", as("alice", mxConnect{expiry: 3600}))
-	alice.subscribe(1, "events/#", 1)
-	s1, _ := dialMx(t, addr, "sensor-1", as("sensor-1", mxConnect{clean: true}))
-	s1.publish1(1, "events/sensor-1/t", "r1", packets.Properties{})
-	pk := alice.nextPublish("r1 while granted")
-	alice.puback(pk.PacketID)
+	alice, s1 := readingAlice(t, addr)
 
 	withdrawn := strings.Replace(authACL, "    - channel: events\n      allow: [read, seek]\n", "", 1)
 	rewriteACL(t, b, dir, withdrawn)

@@ -208,13 +208,35 @@ func unwrapPath(err error) error {
 }
 
 // yamlErrorLine digs the line out of a yaml.v3 error ("yaml: line 7: ...").
+// The library prints its scanner's lines counted from 1 and its parser's
+// counted from 0, so a parser error (an unclosed [ or {, a block mapping
+// missing a key) would be placed on the line above the one to fix; its
+// problems are told apart by their text, the only form the error has.
 func yamlErrorLine(err error) int {
 	var line int
 	msg := err.Error()
 	if i := strings.Index(msg, "line "); i >= 0 {
 		fmt.Sscanf(msg[i+5:], "%d", &line)
 	}
+	if yamlParserProblems[yamlErrorText(err)] {
+		line++ // no line at all is the parser's line 0: the first
+	}
 	return line
+}
+
+// yamlParserProblems are the problems yaml.v3 v3.0.1's parser (not its
+// scanner) reports with a line: the ones whose line it counts from 0.
+var yamlParserProblems = map[string]bool{
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected <document start>": true,
+	"did not find expected key":              true,
+	"did not find expected node content":     true,
+	"found duplicate %YAML directive":        true,
+	"found duplicate %TAG directive":         true,
+	"found incompatible YAML document":       true,
+	"found undefined tag handle":             true,
 }
 
 func yamlErrorText(err error) string {
