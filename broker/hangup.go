@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"log/slog"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -30,15 +29,14 @@ const (
 // payload naming someone else (0x83); the answer, hung-up or
 // no-such-client, is written to it alone before its PUBACK. At QoS 0 the
 // hang-up is done and answered all the same, and a refusal is silent. A
-// 3.1.1 client cannot carry a Response Topic: refused, its connection is
-// closed (refuse).
+// 3.1.1 client cannot carry a Response Topic: refused, which closes its
+// connection at QoS 1 and 2 (refuse).
 func (b *Broker) hangUp(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Properties.ProtocolVersion < 5 {
-		// Whatever its QoS: 3.1.1 has no Response Topic to answer on.
-		b.refused(slog.LevelWarn, cl, refusePublish, codeImplementation.Code, "hang-up from a 3.1.1 client: its connection is closed",
-			"reason", "a hang-up is answered on a Response Topic, which MQTT 3.1.1 cannot carry")
-		cl.Stop(codeImplementation)
-		return pk, packets.ErrRejectPacket
+		// 3.1.1 has no Response Topic to answer on: refused, which closes
+		// a 3.1.1 connection at QoS 1 and 2 and drops a QoS 0 publish
+		// silently, as every refusal does (refuse).
+		return b.refuse(cl, pk, withReason(codeImplementation, "a hang-up is answered on a Response Topic, which MQTT 3.1.1 cannot carry"))
 	}
 	if why := b.reservedRefusal(cl, (*acl.Grants).MayDisconnect, "disconnect on broker: sessions"); why != "" {
 		return b.refuse(cl, pk, withReason(codeNotAuthorized, why))

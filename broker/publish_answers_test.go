@@ -277,8 +277,9 @@ func publishTopicForms() []topicForm {
 		{name: "queue answer to an append channel", topic: "$saguin/queue/events/response", payload: "ack", props: corr, v5: 0x90},
 		{name: "queue answer to the dead-letter channel", topic: "$saguin/queue/jobs__dlq/response", payload: "ack", props: corr, v5: 0x90},
 		{name: "queue answer with a deeper topic", topic: "$saguin/queue/jobs/response/x", payload: "ack", props: corr, v5: 0x90},
+		{name: "hang-up request", topic: "$saguin/sessions/disconnect", payload: "x", props: rt, v5: 0x00},
+		{name: "hang-up request without Response Topic", topic: "$saguin/sessions/disconnect", payload: "x", v5: 0x83},
 		// Not served by this build: refused rather than pretended.
-		{name: "hang-up request (not served)", topic: "$saguin/sessions/disconnect", payload: "x", props: rt, v5: 0x90},
 		{name: "catalogue (not served)", topic: "$saguin/catalogue/events", props: rt, v5: 0x90},
 		// A wildcard in a PUBLISH topic is a Protocol Error (MQTT-3.3.2-2).
 		{name: "single-level wildcard", topic: "plain/+", disc: &disconnectAnswer{0x82}},
