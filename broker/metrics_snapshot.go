@@ -8,14 +8,19 @@ import (
 	"saguin.dev/broker/internal/metrics"
 )
 
-// MetricsSnapshot fills s with the broker's numbers (metrics.Source), at
-// most once per min_scrape_interval. Every number is one the broker
-// already holds (RFC 0005 §1.6), copied under the lock that guards it, one
-// lock at a time, with nothing formatted while one is held: a scrape never
-// holds a lock a connection waits on for longer than a copy. The one figure
-// counted here is the lowest stored position of each append channel
-// (storage's LowestPosition, one pass).
-func (b *Broker) MetricsSnapshot(s *metrics.Snapshot) {
+// metricsSource is the broker as the exporter's metrics.Source, kept off
+// the Broker's own methods.
+type metricsSource struct{ b *Broker }
+
+// MetricsSnapshot fills s with the broker's numbers, at most once per
+// min_scrape_interval. Every number is one the broker already holds (RFC
+// 0005 §1.6), copied under the lock that guards it, one lock at a time,
+// with nothing formatted while one is held: a scrape never holds a lock a
+// connection waits on for longer than a copy. The one figure counted here
+// is the lowest stored position of each append channel (storage's
+// LowestPosition, one pass).
+func (m metricsSource) MetricsSnapshot(s *metrics.Snapshot) {
+	b := m.b
 	sessions := b.heldSessions()
 	figs := make([]sessionFigures, len(sessions))
 	for i, sess := range sessions {
