@@ -46,10 +46,16 @@ type gate struct {
 	overflow int       // overflow places held
 	queue    []*waiter // overflow sockets still waiting, oldest first
 
+	// closedAtAccept counts sockets closed at accept, the overflow budget
+	// full: refused "server busy" with nothing said.
+	closedAtAccept atomic.Uint64
+
 	pub         publishBudgets
 	refusedRate atomic.Int64 // publishes refused for rate (saguin_publish_refused_total{reason="publish rate exceeded"})
 
 	writes writerCounts // what the connection writers did (conn_writer.go)
+	// wire is every connection's per-packet counts (metrics_counters.go).
+	wire wireShards
 }
 
 type waiter struct{ granted chan struct{} } // closed when a slot is handed over
@@ -194,6 +200,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		}
 		w, ok := l.g.admit()
 		if !ok {
+			l.g.closedAtAccept.Add(1)
 			// Overflow budget full: closed at once, nothing read or
 			// written (RFC 0002 §1.5).
 			l.log.Debug("connection closed at accept: limits.max_connections reached and the overflow budget is full",
@@ -203,7 +210,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		}
 		now := time.Now()
 		cc := &clientConn{Conn: c, l: l, connectBy: now.Add(l.lim.ConnectTimeout),
-			writeTimeout: l.lim.WriteTimeout, closedCh: make(chan struct{}), waiter: w,
+			writeTimeout: l.lim.WriteTimeout, closedCh: make(chan struct{}), waiter: w, wire: l.g.wire.assign(),
 			fr: framer{connectLimit: l.lim.MaxConnectSize, packetLimit: l.lim.MaxMessageSize}}
 		cc.state = stateSlot
 		if w != nil {
@@ -305,6 +312,9 @@ type clientConn struct {
 	connectBy    time.Time
 	writeTimeout time.Duration // 0: write_timeout none
 	waiter       *waiter       // the overflow place's turn in line; set at accept, never changed
+	// wire is the connection's shard of the per-packet counters
+	// (metrics_counters.go); set at accept, never changed.
+	wire *wireShard
 
 	smu   sync.Mutex
 	state int
@@ -455,8 +465,7 @@ func (c *clientConn) read(p []byte) (int, error) {
 		}
 		if f.pass > 0 && len(f.buf) == 0 {
 			// A judged PUBLISH's payload: straight through, unheld.
-			c.toSocket()
-			n, err := c.Conn.Read(p[:min(len(p), f.pass)])
+			n, err := c.sockRead(p[:min(len(p), f.pass)])
 			f.pass -= n
 			return n, err
 		}
@@ -476,8 +485,7 @@ func (c *clientConn) read(p []byte) (int, error) {
 				return 0, c.rerr
 			}
 			f.grow(j.need)
-			c.toSocket()
-			n, err := c.Conn.Read(f.buf[len(f.buf):cap(f.buf)])
+			n, err := c.sockRead(f.buf[len(f.buf):cap(f.buf)])
 			f.buf = f.buf[:len(f.buf)+n]
 			if err != nil {
 				c.rerr = err
@@ -489,8 +497,7 @@ func (c *clientConn) read(p []byte) (int, error) {
 		}
 		// Nothing held: read into p and judge the packet there, so a packet
 		// that arrived whole in one read is handed on without a copy.
-		c.toSocket()
-		n, err := c.Conn.Read(p)
+		n, err := c.sockRead(p)
 		if n == 0 {
 			return 0, err
 		}
@@ -517,10 +524,24 @@ func (c *clientConn) read(p []byte) (int, error) {
 	}
 }
 
+// sockRead is one read from the socket, its bytes counted
+// (saguin_bytes_received_total).
+func (c *clientConn) sockRead(p []byte) (int, error) {
+	c.toSocket()
+	n, err := c.Conn.Read(p)
+	c.shard().bytesIn.Add(uint64(n))
+	return n, err
+}
+
 // judged acts on the framer's judgement of a packet about to be handed on
 // (data holds what was read of it): a refusal ends the connection here.
 func (c *clientConn) judged(j judgement, data []byte) error {
 	f := &c.fr
+	if j.first>>4 == packets.Publish {
+		// Every PUBLISH that arrives, refused here or later
+		// (saguin_publishes_received_total).
+		c.shard().publishesIn.Add(1)
+	}
 	if j.over != nil || j.r != nil {
 		var err error
 		if j.over != nil {

@@ -108,6 +108,7 @@ func (b *Broker) trim(ch *channel, olderThan time.Time, maxBytes int64) {
 		return
 	}
 	if removed > 0 {
+		ch.removed.Add(uint64(removed))
 		b.log.Info("retention removed records", "channel", ch.name, "records", removed, "bytes", freed,
 			"floor", ch.log.Floor())
 		ch.floorRaised() // invariant 1: an overtaken consumer restarts at the floor (consumer.go)

@@ -186,9 +186,11 @@ func (b *Broker) BroadcastReserve() func() {
 // QoS 2 broadcast hold released there by PUBREL): to every session whose
 // subscriptions match it now, exactly as a fresh publish, without writing
 // it again. Callers bracket the release with BroadcastReserve.
-func (b *Broker) deliverLogged(rec storage.Record) {
+func (b *Broker) deliverLogged(cl *mqtt.Client, rec storage.Record) {
 	subs := b.subscribers(rec.Topic)
-	if len(subs.Subscriptions) == 0 && len(subs.Shared) == 0 {
+	matched := len(subs.Subscriptions) > 0 || len(subs.Shared) > 0
+	b.countBroadcast(cl, matched)
+	if !matched {
 		return
 	}
 	b.fanOutMsg(msgFromRecord(rec), subs, false)

@@ -83,6 +83,9 @@ func (b *Broker) relieveLog(need int64) bool {
 		return false
 	}
 	b.fan.logStorageFull.Add(int64(removed))
+	// Those a shared group's backlog still holds no longer survive a
+	// restart with it.
+	b.fan.shareStorageFull.Add(b.fan.shares.heldBetween(floor, target))
 	now := b.clock.Now()
 	if l.lastFullWarn.IsZero() || now.Sub(l.lastFullWarn) >= fanoutWarnEvery {
 		l.lastFullWarn = now

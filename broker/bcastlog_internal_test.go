@@ -60,7 +60,7 @@ func TestDeliverLoggedServesWithoutWritingAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.deliverLogged(rec)
+	b.deliverLogged(b.mqtt.NewClient(nil, "local", "pub", true), rec)
 	done()
 
 	o := b.outboxOf(s)

@@ -20,6 +20,7 @@ import (
 	"saguin.dev/broker/internal/clock"
 	doorpkg "saguin.dev/broker/internal/door"
 	"saguin.dev/broker/internal/logging"
+	"saguin.dev/broker/internal/metrics"
 	"saguin.dev/broker/internal/msgid"
 	"saguin.dev/broker/partition"
 	"saguin.dev/broker/topic"
@@ -39,6 +40,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Build is the build revision written into snapshot headers.
 	Build string
+	// Version is what saguin_build_info{version} shows: the version and
+	// revision of the build; "" shows Build.
+	Version string
 	// SQLiteFaults are handed to every sqlite provider: set only by a
 	// fault-injection build for the chaos negative controls
 	// (broker/internal/faults); nil in production.
@@ -60,6 +64,12 @@ type Broker struct {
 	clock clock.Clock
 	log   *slog.Logger
 	build string
+	// version is saguin_build_info's (Options.Version), and started when
+	// New ran: what saguin_uptime_seconds counts from, on the broker's
+	// clock. metrics serves the catalogue (metrics.go).
+	version string
+	started time.Time
+	metrics *metrics.Exporter
 	// refusals rate-limits the log lines of refusals given to clients and
 	// counts every one (refusals.go).
 	refusals *logging.RefusalLog
@@ -105,6 +115,9 @@ type Broker struct {
 	sessions map[string]*session // invariant 13: one per held client id, bounded by connections and expiry
 
 	fan fanout // broadcast delivery: shared groups' turns, drop counts (fanout.go)
+	// events counts what the metric catalogue reads that moves once per
+	// connection, session, Will or refusal (metrics_counters.go).
+	events eventCounts
 	// retainedOrder orders retained broadcast publishes with the
 	// subscriptions they meet (retained_order.go).
 	retainedOrder sync.RWMutex
@@ -168,6 +181,10 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		ctx:       ctx, cancel: cancel, sqliteFaults: opts.SQLiteFaults, panicTopic: opts.PanicTopic,
 		proxyWithin: opts.ProxyHeaderWithin,
 	}
+	b.version, b.started = opts.Version, b.clock.Now()
+	if b.version == "" {
+		b.version = opts.Build
+	}
 	b.refusals = logging.NewRefusalLog(b.log, b.clock.Now)
 	b.penalties = newAuthPenalties()
 	defer func() {
@@ -206,6 +223,9 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		return nil, err
 	}
 	b.mqtt = b.newServer()
+	if err := b.newMetrics(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"saguin.dev/broker/config"
 	"saguin.dev/storage"
@@ -33,6 +34,17 @@ type channel struct {
 	// lost counts the positions retention passed on this channel
 	// (floor.go): saguin_channel_position_lost_total reads it.
 	lost positionLoss
+
+	// The channel's own counters for the metric catalogue: one atomic per
+	// channel, on paths that already take this channel's lock (notify)
+	// or its store's.
+	published atomic.Uint64 // records stored by publishers (channelWrite.stored, pubrel)
+	removed   atomic.Uint64 // records or values retention removed (trim, sweepLatest)
+	// superseded: latest values a consumer's mark passed without reading,
+	// replaced before it got to them (latest_consumer.go).
+	superseded atomic.Uint64
+	// retainIgnored: retained publishes a queue took as ordinary jobs.
+	retainIgnored atomic.Uint64
 }
 
 func newChannel(cfg config.Channel) *channel {

@@ -125,7 +125,6 @@ func putPending(p *pendingBuf) {
 type writerCounts struct {
 	writes       atomic.Int64 // Writes handed to a connection
 	socketWrites atomic.Int64 // system calls that wrote them
-	bytes        atomic.Int64 // bytes written to sockets
 	corked       atomic.Int64 // Writes held for the read side
 	waited       atomic.Int64 // Writes that waited for room, or behind one that did
 	handoffs     atomic.Int64 // background flushers started
@@ -149,7 +148,7 @@ func (b *Broker) WriterStats() WriterStats {
 		return WriterStats{}
 	}
 	w := &b.gate.writes
-	return WriterStats{Writes: w.writes.Load(), SocketWrites: w.socketWrites.Load(), Bytes: w.bytes.Load(),
+	return WriterStats{Writes: w.writes.Load(), SocketWrites: w.socketWrites.Load(), Bytes: int64(b.gate.wire.sum().bytesOut),
 		Corked: w.corked.Load(), Waited: w.waited.Load(), Handoffs: w.handoffs.Load()}
 }
 
@@ -364,7 +363,8 @@ func (c *clientConn) writeOut(by time.Time, bufs ...[]byte) error {
 		nb := net.Buffers(bufs)
 		n, err = nb.WriteTo(c.Conn)
 	}
-	st.bytes.Add(n)
+	// Per connection group, not broker-wide (metrics_counters.go).
+	c.shard().bytesOut.Add(uint64(n))
 	return err
 }
 

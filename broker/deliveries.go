@@ -421,6 +421,11 @@ func (d *deliveries) write(cl *mqtt.Client, p []byte) error {
 	// invariant 16: bounded by write_timeout in clientConn.Write, on the
 	// delivering route's own goroutine, with no lock of ours held.
 	_, err := cl.Net.Conn.Write(p)
+	if cc, ok := cl.Net.Conn.(*clientConn); ok && err == nil {
+		// Every delivery, resends and queue jobs included, is written
+		// here: counted by its PUBLISH packets (saguin_deliveries_sent_total).
+		cc.shard().deliveriesOut.Add(publishesIn(p))
+	}
 	d.mu.Lock()
 	if d.writing--; d.writing == 0 && d.idle != nil {
 		close(d.idle)
@@ -428,6 +433,19 @@ func (d *deliveries) write(cl *mqtt.Client, p []byte) error {
 	}
 	d.mu.Unlock()
 	return err
+}
+
+// publishesIn counts the PUBLISH packets in p, whole packets one after
+// another as a write holds them (PUBRELs ride along with deliveries).
+func publishesIn(p []byte) uint64 {
+	var n uint64
+	anyPacket(p, func(typ byte, _ int) bool {
+		if typ == packets.Publish {
+			n++
+		}
+		return false
+	})
+	return n
 }
 
 // stopWriting waits for stopped (the pumps' stop) and then for every write

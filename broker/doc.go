@@ -30,7 +30,11 @@
 // latest_consumer.go, queue_offer.go; broadcast in fanout.go and
 // fanout_send.go; the connection writer in conn_writer.go). hooks.go is
 // only the adapter between the two: each substrate event becomes one call
-// into the broker.
+// into the broker. The metric catalogue (broker/internal/metrics) reads
+// the broker's numbers through metrics_snapshot.go, one lock at a time,
+// at most once per min_scrape_interval; the per-packet counters it adds
+// are per group of connections (metrics_counters.go), and metrics.go is
+// the handler the operations listener mounts.
 //
 // # Packets
 //

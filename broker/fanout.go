@@ -156,7 +156,7 @@ type fanout struct {
 
 	droppedQoS0 atomic.Int64
 	queueFull   atomic.Int64
-	noMember    atomic.Int64
+	noMember    atomic.Int64 // a publish no member could take, none durable
 	expired     atomic.Int64
 	tooLarge    atomic.Int64
 	memberEnded atomic.Int64
@@ -165,6 +165,14 @@ type fanout struct {
 	logFailed   atomic.Int64
 	// logStorageFull: logged messages the log gave up to a full provider.
 	logStorageFull atomic.Int64
+	// noneLeft: backlog a group lost with its last member session.
+	noneLeft atomic.Int64
+	// shareNotAuthorized: messages a group handed a member that its
+	// sender could not write, the grant withdrawn meanwhile.
+	shareNotAuthorized atomic.Int64
+	// shareStorageFull: backlog messages whose logged copy the log gave up
+	// to a full provider (bcastlog_full.go).
+	shareStorageFull atomic.Int64
 
 	encodes encodeCounts
 }
@@ -214,7 +222,7 @@ func (b *Broker) BroadcastStats() BroadcastStats {
 	return BroadcastStats{
 		DroppedQoS0:      f.droppedQoS0.Load(),
 		QueueFull:        f.queueFull.Load(),
-		NoSharedMember:   f.noMember.Load(),
+		NoSharedMember:   f.noMember.Load() + f.noneLeft.Load(),
 		Expired:          f.expired.Load(),
 		TooLarge:         f.tooLarge.Load(),
 		MemberEnded:      f.memberEnded.Load(),
@@ -230,12 +238,29 @@ func (b *Broker) BroadcastStats() BroadcastStats {
 // (invariant 16). The substrate's topic index says who subscribes; how each
 // is served (QoS, Subscription Identifiers, No Local, Retain As Published) is
 // decided by that session's sender from its subscriptions as it writes.
-func (b *Broker) fanOut(origin string, pk packets.Packet) {
+func (b *Broker) fanOut(cl *mqtt.Client, pk packets.Packet) {
 	subs := b.subscribers(pk.TopicName)
-	if len(subs.Subscriptions) == 0 && len(subs.Shared) == 0 {
+	matched := len(subs.Subscriptions) > 0 || len(subs.Shared) > 0
+	b.countBroadcast(cl, matched)
+	if !matched {
 		return
 	}
-	b.fanOutMsg(newBroadcastMsg(origin, pk, b.clock.Now()), subs, true)
+	b.fanOutMsg(newBroadcastMsg(cl.ID, pk, b.clock.Now()), subs, true)
+}
+
+// countBroadcast counts one broadcast publish landed
+// (saguin_published_total{channel="broadcast"}), and one nobody
+// subscribed to (saguin_broadcast_unmatched_total), on the publisher's
+// shard.
+func (b *Broker) countBroadcast(cl *mqtt.Client, matched bool) {
+	sh := b.shardOf(cl)
+	if sh == nil {
+		return
+	}
+	sh.broadcast.Add(1)
+	if !matched {
+		sh.unmatched.Add(1)
+	}
 }
 
 // subscribers is who subscribes to topic, from the substrate's index, less

@@ -204,15 +204,20 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			declared = b.declaredOf(cl.ID)
 		}
 		pk, _, outcome := shapeBroadcast(e, subs, declared, cl.ID, v, now)
+		refused := false
 		if outcome == shapeDeliver && !b.permit(cl, routeOf(e), e.m.topic) {
+			refused = true
 			// invariant 16: asked per delivery, not only at SUBSCRIBE. Not
 			// sent where the grant is refused now; let go like an
 			// acknowledged one (RFC 0003 "Broadcast").
 			outcome = shapeUnmatched
 		}
 		if outcome != shapeDeliver {
-			if o.take(e.seq, 0, true) && outcome == shapeExpired {
+			switch taken := o.take(e.seq, 0, true); {
+			case taken && outcome == shapeExpired:
 				b.fan.expired.Add(1)
+			case taken && refused && e.group != "":
+				b.fan.shareNotAuthorized.Add(1)
 			}
 			continue
 		}

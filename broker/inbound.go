@@ -243,7 +243,7 @@ func (in *inbound) publish(pk packets.Packet) (packets.Packet, error, bool) {
 	// Broadcast. Nothing owed before it: fanned out and acknowledged now,
 	// as always (receivePublish, publish.go).
 	if !in.busy() {
-		b.fanOut(cl.ID, out)
+		b.fanOut(cl, out)
 		return out, packets.CodeSuccessIgnore, true
 	}
 	// Answers are owed before it: fanned out in its turn, so a topic's
@@ -463,7 +463,7 @@ func (in *inbound) outcome(e *inEntry) (packets.Code, bool) {
 		e.write.stored(b, rec)
 		return packets.CodeSuccess, false
 	case e.fan != nil:
-		b.fanOut(in.cl.ID, *e.fan)
+		b.fanOut(in.cl, *e.fan)
 		return packets.CodeSuccess, false
 	}
 	return e.code, e.refused

@@ -119,6 +119,7 @@ func (b *Broker) sweepLatest() {
 			}
 		}
 		if removed > 0 {
+			ch.removed.Add(uint64(removed))
 			b.log.Info("retention removed latest values", "channel", ch.name, "values", removed)
 		}
 	}

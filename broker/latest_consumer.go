@@ -343,6 +343,7 @@ func (c *latestConsumer) live(ctx context.Context, cl *mqtt.Client, from uint64)
 		// passes the offsets that were replaced or removed too.
 		c.mu.Lock()
 		if c.next >= from && c.next < head {
+			c.ch.superseded.Add(head - c.next) // as in advanceLocked
 			c.next = head
 			moved = true
 		}
@@ -497,6 +498,10 @@ func (c *latestConsumer) advanceLocked(src int, passID, off uint64) {
 	switch src {
 	case fromLive:
 		if c.next <= off {
+			// The offsets between the mark and this value held values
+			// replaced (or removed) before this consumer read them
+			// (saguin_latest_superseded_total).
+			c.ch.superseded.Add(off - c.next)
 			c.next = off + 1
 		}
 	case fromPass:

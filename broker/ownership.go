@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/internal/metrics"
 	"saguin.dev/storage"
 )
 
@@ -234,12 +235,15 @@ func (b *Broker) sessionNotStored(cl *mqtt.Client, s *session, err error) {
 		// A record an earlier connection left must not bring it back at a
 		// restart.
 		b.forgetSession(cl.ID)
+		b.events.sessionsDropped[metrics.SessionStorageFull].Add(1)
 		b.claims.mark(cl.ID, cl, func(c *idClaim) { c.brief = true })
 	case errors.Is(err, storage.ErrFull):
 		b.log.Error("CONNECT refused: the session store has no room for its Will", "client", cl.ID, "error", err)
+		b.events.sessionStoreFull.Add(1)
 		b.claims.mark(cl.ID, cl, func(c *idClaim) { c.refusal = codeNoRoomForWill.Code })
 	default:
 		b.log.Error("CONNECT refused: the session store refused its session", "client", cl.ID, "error", err)
+		b.events.sessionStoreFailed.Add(1)
 		b.claims.mark(cl.ID, cl, func(c *idClaim) { c.refusal = codeSessionStore.Code })
 	}
 }

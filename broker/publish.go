@@ -168,10 +168,11 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 			fmt.Sprintf("channel %s is a %s channel, which this broker does not serve yet", ch.name, ch.cfg.Type))))
 	}
 	rec := b.recordOf(cl, pk)
-	if ch.queue != nil {
+	if ch.queue != nil && rec.Retain {
 		// A retained publish to a queue is accepted with the flag dropped:
 		// a job is nobody's current value (RFC 0003 "Retained messages").
 		rec.Retain = false
+		ch.retainIgnored.Add(1)
 	}
 	return &channelWrite{ch: ch, rec: rec}, pk, nil
 }
@@ -211,6 +212,7 @@ func (w *channelWrite) submit() storage.Pending {
 // answered: the channel's consumers woken, the $share/ groups served. It
 // waits for nothing a subscriber does (invariant 16).
 func (w *channelWrite) stored(b *Broker, rec storage.Record) {
+	w.ch.published.Add(1)
 	switch {
 	case w.ch.log != nil:
 		w.ch.notify()
@@ -364,6 +366,6 @@ func (b *Broker) receivePublish(cl *mqtt.Client, pk packets.Packet) (packets.Pac
 	// by the substrate's publishToClient on this goroutine (invariant 16,
 	// fanout.go). Marked ignored, the substrate acknowledges it and fans
 	// nothing out.
-	b.fanOut(cl.ID, out)
+	b.fanOut(cl, out)
 	return out, packets.CodeSuccessIgnore
 }

@@ -163,7 +163,7 @@ func (b *Broker) holdPublish(cl *mqtt.Client, pk packets.Packet, ch *channel) (p
 	if max := b.cfg.Broker.QoS2.MaxInflightPerClient; len(held) >= max {
 		q.mu.Unlock()
 		return b.refuse(cl, pk, withReason(codeQuotaExceeded,
-			fmt.Sprintf("inflight allowance exceeded: %d QoS 2 publishes held; broker.qos2.max_inflight_per_client is %d", len(held), max)))
+			fmt.Sprintf("%s: %d QoS 2 publishes held; broker.qos2.max_inflight_per_client is %d", inflightReason, len(held), max)))
 	}
 	q.mu.Unlock()
 
@@ -250,6 +250,7 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 	rec, err := hs.Release(ex.channel, cl.ID, pk.PacketID)
 	switch {
 	case err == nil:
+		ch.published.Add(1)
 		if ch.queue == nil {
 			// Shared groups over append/latest are served a held publish
 			// at its release, not its arrival (RFC 0003 §2).

@@ -43,7 +43,7 @@ func (b *Broker) holdBroadcast(cl *mqtt.Client, pk packets.Packet) (packets.Pack
 	if max := b.cfg.Broker.QoS2.MaxInflightPerClient; len(held) >= max {
 		q.mu.Unlock()
 		return b.refuse(cl, pk, withReason(codeQuotaExceeded,
-			fmt.Sprintf("inflight allowance exceeded: %d QoS 2 publishes held; broker.qos2.max_inflight_per_client is %d", len(held), max)))
+			fmt.Sprintf("%s: %d QoS 2 publishes held; broker.qos2.max_inflight_per_client is %d", inflightReason, len(held), max)))
 	}
 	q.mu.Unlock()
 
@@ -104,7 +104,7 @@ func (b *Broker) releaseBroadcast(cl *mqtt.Client, pid uint16, ex qos2Exchange) 
 			b.log.Warn("released QoS 2 broadcast not retained", "client", cl.ID, "topic", rec.Topic, "error", err)
 		}
 	}
-	b.deliverLogged(rec)
+	b.deliverLogged(cl, rec)
 	unlock()
 	l.end(t)
 	return b.pubcomp(cl, pid, packets.CodeSuccess)

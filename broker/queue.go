@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -98,7 +99,18 @@ type queueEngine struct {
 	pageEnd uint64
 
 	kick chan struct{}
+
+	// What the metric catalogue counts of the queue (RFC 0005 §2.5).
+	// Each delivery handed over ends in exactly one of acknowledged,
+	// returned, redelivered or dead-lettered; dead-lettered and expired
+	// also count jobs moved without a delivery (expired while waiting,
+	// attempts spent before a restart).
+	delivered, acknowledged, returned, redelivered, deadLettered, expired atomic.Uint64
 }
+
+// whyTimeout is the lease end a visibility timeout decides: a redelivery,
+// where every other end of a delivery not answered ack is a return.
+const whyTimeout = "visibility timeout"
 
 func newQueueEngine(b *Broker, ch *channel) *queueEngine {
 	return &queueEngine{
@@ -194,6 +206,9 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 		q.releaseLocked(d, false)
 	}
 	q.mu.Unlock()
+	if current {
+		q.returned.Add(1) // never reached the worker: back, attempt unspent
+	}
 	if errors.Is(err, packets.ErrPacketTooLarge) {
 		// RFC 0003 §5: checked before handover; the chosen worker is
 		// disconnected and the job goes back unspent.
@@ -322,6 +337,7 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 			q.settle(d, "resolve failed", now)
 			return
 		}
+		q.acknowledged.Add(1)
 		q.b.log.Debug("job acked", "queue", q.ch.name, "offset", d.offset, "client", s.id)
 		q.mu.Lock()
 		q.releaseLocked(d, true)
@@ -381,6 +397,11 @@ func (q *queueEngine) settle(d *delivery, why string, since time.Time) {
 		q.deadLetter(d.offset, "attempts_exhausted", d)
 		return
 	}
+	if why == whyTimeout {
+		q.redelivered.Add(1)
+	} else {
+		q.returned.Add(1)
+	}
 	if gap := q.backoff(item.Attempts); gap > 0 {
 		q.mu.Lock()
 		q.waiting[d.offset] = since.Add(gap)
@@ -426,7 +447,7 @@ func (q *queueEngine) expireLeases() {
 		q.b.log.Debug("visibility timeout: job taken back", "queue", q.ch.name, "offset", d.offset, "client", d.worker.sess.id)
 		// Measured from when the worker received it: the timeout itself
 		// served that much of the gap.
-		q.endLease(d, "visibility timeout", d.received)
+		q.endLease(d, whyTimeout, d.received)
 	}
 }
 
@@ -514,6 +535,10 @@ func (q *queueEngine) deadLetter(offset uint64, reason string, holder *delivery)
 		return
 	}
 	moved = true
+	q.deadLettered.Add(1)
+	if reason == "expired" {
+		q.expired.Add(1)
+	}
 	q.mu.Lock()
 	delete(q.waiting, offset)
 	q.mu.Unlock()

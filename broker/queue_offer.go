@@ -330,6 +330,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	pk.Properties.User = append(pk.Properties.User,
 		packets.UserProperty{Key: "saguin-attempt", Val: strconv.FormatUint(uint64(item.Attempts)+1, 10)})
 
+	q.delivered.Add(1)
 	q.b.wg.Add(1)
 	go func() {
 		defer q.b.wg.Done()

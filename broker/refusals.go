@@ -19,6 +19,10 @@ const (
 	refusePublishRate = "publish rate" // refused for limits.publish_rate/publish_bytes: at debug
 	refuseSubscribe   = "subscribe"    // SUBSCRIBE filters refused
 	refuseConnect     = "connect"      // a CONNECT refused
+	// refusePublishInflight: a QoS 2 publish past
+	// broker.qos2.max_inflight_per_client, answered 0x97 like a full
+	// channel but counted apart (saguin_publish_refused_total{reason="inflight allowance exceeded"}).
+	refusePublishInflight = "publish inflight"
 	// ignoredQueueAnswer: an ack or return that changed nothing (invariant
 	// 3: logged rather than answered) — not a refusal, but a worker
 	// repeating one would otherwise write a line per answer.
@@ -27,8 +31,12 @@ const (
 )
 
 // publishRateReason begins the reason of a publish-rate refusal, which
-// configuration.md §3.3 logs at debug.
-const publishRateReason = "publish rate exceeded"
+// configuration.md §3.3 logs at debug; inflightReason that of a QoS 2
+// publish past the per-client allowance (qos2.go).
+const (
+	publishRateReason = "publish rate exceeded"
+	inflightReason    = "inflight allowance exceeded"
+)
 
 // refused counts one refusal given to cl and logs it, rate-limited per
 // client and kind (operations.md §3.2: refusals at warn).
@@ -44,8 +52,11 @@ func (b *Broker) refused(level slog.Level, cl *mqtt.Client, kind string, code by
 // client-supplied value.
 func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code packets.Code) {
 	level, kind := slog.LevelWarn, refusePublish
-	if strings.HasPrefix(code.Reason, publishRateReason) {
+	switch {
+	case strings.HasPrefix(code.Reason, publishRateReason):
 		level, kind = slog.LevelDebug, refusePublishRate
+	case strings.HasPrefix(code.Reason, inflightReason):
+		kind = refusePublishInflight
 	}
 	b.refused(level, cl, kind, code.Code, "publish refused", "topic", pk.TopicName,
 		"qos", pk.FixedHeader.Qos, "payload_bytes", len(pk.Payload), "reason", code.Reason)

@@ -6,6 +6,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/internal/metrics"
 	"saguin.dev/storage"
 )
 
@@ -49,6 +50,7 @@ func (b *Broker) sessionExpiry(cl *mqtt.Client) time.Duration {
 	d := time.Duration(cl.Properties.Props.SessionExpiryInterval) * time.Second
 	if d > max {
 		d = max
+		b.events.expiryShortened.Add(1) // called once per CONNECT (claimSession)
 	}
 	return d
 }
@@ -91,6 +93,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 				// A failed read writes nothing (delivery-front §3): the
 				// CONNECT is refused 0x83 and the session stays as it was.
 				b.log.Error("CONNECT refused: reading the session's stored positions failed", "client", cl.ID, "error", err)
+				b.events.sessionStoreFailed.Add(1)
 				b.claims.mark(cl.ID, cl, func(c *idClaim) { c.refusal = codeSessionStore.Code })
 			}
 			ends = len(passed) > 0
@@ -209,6 +212,8 @@ func (b *Broker) sessionEstablished(cl *mqtt.Client) {
 		cl.Stop(codeSessionStore)
 		return
 	}
+	// Its CONNACK accepted it (saguin_connections_total).
+	b.events.connectionsAccepted.Add(1)
 	s := b.sessionOf(cl.ID)
 	if s == nil {
 		return
@@ -309,7 +314,10 @@ func (b *Broker) connectionEnded(cl *mqtt.Client, expire bool) {
 	b.returnJobs(s, cl)
 	b.flushSession(s, true)
 	if expire {
-		b.endSession(cl.ID, s) // publishes its Will first
+		// Its Will goes as the connection ends: at once, whatever delay it
+		// asked for (no session is left to wait in).
+		b.willAtSessionEnd(s, metrics.WillImmediate)
+		b.endSession(cl.ID, s)
 		return
 	}
 	b.willAtConnectionEnd(s)
@@ -387,7 +395,7 @@ func (b *Broker) endSessionKeeping(id string, s *session, keep map[string]bool) 
 	if s != nil {
 		// "Ending happens in one place, all parts together; a pending
 		// Will is published first" (delivery-front §3).
-		b.willAtSessionEnd(s)
+		b.willAtSessionEnd(s, metrics.WillSessionEnded)
 		s.mu.Lock()
 		for f := range s.declared {
 			b.spaces.Forget(f, id) // invariant 13: the spaces hold live subscriptions only

@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/internal/metrics"
 	"saguin.dev/storage"
 )
 
@@ -255,9 +256,10 @@ func (b *Broker) restoreSessions() error {
 			b.log.Info("session expired while the broker was stopped: ended", "client", r.Topic)
 			if st.Will != nil && st.Will.Due != 0 {
 				// Published first: its wait had begun before the stop.
-				b.publishWill(r.Topic, st.Will.will())
+				b.publishWill(r.Topic, st.Will.will(), metrics.WillAtStart)
 			}
 			b.endStoredSession(r.Topic)
+			b.events.sessionsDropped[metrics.SessionExpiredWhileStopped].Add(1)
 			ended++
 			continue
 		}
@@ -265,10 +267,12 @@ func (b *Broker) restoreSessions() error {
 			b.log.Warn("stored session holds a subscription this configuration refuses: ended",
 				"client", r.Topic, "reason", reason)
 			b.endStoredSession(r.Topic)
+			b.events.sessionsDropped[metrics.SessionSubscriptionRefused].Add(1)
 			ended++
 			continue
 		}
 		b.restoreSession(r.Topic, st, expiry, remaining)
+		b.events.sessionsRestored.Add(1)
 		restored++
 	}
 	if restored+ended > 0 {

@@ -123,6 +123,7 @@ func (g *shareGroup) pushLocked(b *Broker, m *broadcastMsg) {
 	g.backlog = append(g.backlog, owed{m: m, charge: charge, qos: m.qos, group: g.filter})
 	g.bytes += charge
 	g.dirty = true
+	b.events.sharesHeld.Add(1)
 }
 
 func (g *shareGroup) popLocked() owed {
@@ -181,6 +182,7 @@ func (b *Broker) drainLocked(g *shareGroup, group map[string]packets.Subscriptio
 			return
 		}
 		g.popLocked()
+		b.events.sharesDrained.Add(1)
 		g.lastLive = b.clock.Now()
 	}
 }
@@ -372,6 +374,7 @@ func (b *Broker) pullShares(o *outbox, cl *mqtt.Client) {
 				break
 			}
 			g.popLocked()
+			b.events.sharesDrained.Add(1)
 		}
 		g.mu.Unlock()
 	}
@@ -483,8 +486,12 @@ func (b *Broker) memberEnded(s *session) {
 		case e.qos == 2 && pubrel[e.m]:
 			// PUBREC'd: delivered.
 		case e.qos == 2:
+			// Taken back by its group and dropped there, so the group's
+			// counts still add up: held − drained − dropped = backlog.
+			b.events.sharesHeld.Add(1)
 			b.fan.memberEnded.Add(1)
 		case e.qos == 1:
+			b.events.sharesHeld.Add(1)
 			back[e.group] = append(back[e.group], e)
 		}
 	}
@@ -527,7 +534,7 @@ func (b *Broker) memberEnded(s *session) {
 				g.backlog, g.returned, g.bytes, g.dirty, g.ended = nil, 0, 0, true, true
 				g.mu.Unlock()
 			}
-			b.fan.noMember.Add(n)
+			b.fan.noneLeft.Add(n)
 			continue
 		}
 		if len(ret) == 0 {
@@ -545,6 +552,22 @@ func (b *Broker) memberEnded(s *session) {
 		b.drainLocked(g, group, members)
 		g.mu.Unlock()
 	}
+}
+
+// heldBetween counts the logged messages in [lo, hi) the groups' backlogs
+// hold (bcastlog_full.go: what a full provider took from them).
+func (sh *shares) heldBetween(lo, hi uint64) int64 {
+	var n int64
+	for _, g := range sh.all() {
+		g.mu.Lock()
+		for _, e := range g.backlog {
+			if e.m.off >= lo && e.m.off < hi {
+				n++
+			}
+		}
+		g.mu.Unlock()
+	}
+	return n
 }
 
 // low is the lowest log offset any group still needs.
@@ -717,7 +740,7 @@ func (sh *shares) restore(b *Broker, held map[string]*session) ([]*shareGroup, e
 		}
 		if !member {
 			b.log.Info("shared group backlog dropped at start: no member session came back", "group", r.Topic)
-			b.fan.noMember.Add(1)
+			b.fan.noneLeft.Add(1)
 			if _, err := sh.store.Remove(r.Topic); err != nil {
 				return nil, fmt.Errorf("dropping shared group %q: %w", r.Topic, err)
 			}
@@ -754,6 +777,7 @@ func (g *shareGroup) restoreRecord(b *Broker, m *broadcastMsg) {
 		g.backlog = append(g.backlog, owed{m: m, charge: m.charge(), qos: m.qos, group: g.filter})
 		g.bytes += m.charge()
 		g.returned++
+		b.events.sharesHeld.Add(1)
 	case m.off >= g.rCursor && m.qos > 0 && topic.Match(g.inner, m.topic):
 		g.pushLocked(b, m)
 	}

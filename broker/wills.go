@@ -12,6 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/acl"
+	"saguin.dev/broker/internal/metrics"
 )
 
 // Wills are Sagüin's, not the substrate's (RFC 0003 "Last Will"): the
@@ -171,9 +172,15 @@ func (b *Broker) settleWill(s *session, sessionEnds, replacingLive bool) {
 		// "Last Will") — even one ending the session.
 		restoredUnarmed := !replacingLive && old.due.IsZero()
 		switch {
-		case sessionEnds && !restoredUnarmed, replacingLive && old.delay == 0:
-			b.publishWill(s.id, old)
+		case sessionEnds && !restoredUnarmed:
+			b.publishWill(s.id, old, metrics.WillSessionEnded)
+		case replacingLive && old.delay == 0:
+			b.publishWill(s.id, old, metrics.WillImmediate)
 		default:
+			if !old.due.IsZero() {
+				// It was waiting out its delay: the resume cancels it.
+				b.events.willsCancelled.Add(1)
+			}
 			b.log.Debug("Will cancelled: the session resumed", "client", s.id)
 		}
 	}
@@ -219,12 +226,13 @@ func (b *Broker) willAtConnectionEnd(s *session) {
 	}
 	s.will = nil
 	s.mu.Unlock()
-	b.publishWill(s.id, w)
+	b.publishWill(s.id, w, metrics.WillImmediate)
 }
 
 // willAtSessionEnd publishes a session's Will as the session ends ("a
-// pending Will is published first").
-func (b *Broker) willAtSessionEnd(s *session) {
+// pending Will is published first"): counted session_ended, or immediate
+// when the session ends with its connection (connectionEnded).
+func (b *Broker) willAtSessionEnd(s *session, cause metrics.WillCause) {
 	if b.closing.Load() {
 		return
 	}
@@ -240,7 +248,7 @@ func (b *Broker) willAtSessionEnd(s *session) {
 			"client", s.id, "will_delay", w.delay,
 			"fix", "connect with a Session Expiry Interval at least as long as the Will Delay Interval")
 	}
-	b.publishWill(s.id, w)
+	b.publishWill(s.id, w, cause)
 }
 
 // publishWill publishes w as the client id that armed it, through the
@@ -254,7 +262,9 @@ func (b *Broker) willAtSessionEnd(s *session) {
 // are held").
 const willListener = "will"
 
-func (b *Broker) publishWill(id string, w *will) {
+// cause is why it is published, counted once it is
+// (saguin_wills_published_total).
+func (b *Broker) publishWill(id string, w *will, cause metrics.WillCause) {
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: w.qos, Retain: w.retain},
 		TopicName:       w.topic,
@@ -306,6 +316,7 @@ func (b *Broker) publishWill(id string, w *will) {
 		b.log.Error("Will not published", "client", id, "topic", w.topic, "error", err)
 		return
 	}
+	b.events.willPublished(cause)
 	b.log.Info("Will published", "client", id, "topic", w.topic)
 }
 
@@ -316,8 +327,12 @@ func (b *Broker) publishWill(id string, w *will) {
 func (b *Broker) willLoop(ctx context.Context) {
 	t := b.clock.NewTicker(willTick)
 	defer t.Stop()
+	// The first pass publishes what fell due while the broker was
+	// stopped: counted as published at the start, never as immediate.
+	cause := metrics.WillAtStart
 	for {
-		b.fireDueWills()
+		b.fireDueWills(cause)
+		cause = metrics.WillDelayed
 		// invariant 18: session records the store refused, every second.
 		b.rewriteSessions()
 		select {
@@ -328,7 +343,7 @@ func (b *Broker) willLoop(ctx context.Context) {
 	}
 }
 
-func (b *Broker) fireDueWills() {
+func (b *Broker) fireDueWills(cause metrics.WillCause) {
 	now := b.clock.Now()
 	b.mu.Lock()
 	var due []*session
@@ -349,7 +364,7 @@ func (b *Broker) fireDueWills() {
 		}
 		s.will = nil
 		s.mu.Unlock()
-		b.publishWill(s.id, w)
+		b.publishWill(s.id, w, cause)
 		b.storeAfterWill(s)
 	}
 }

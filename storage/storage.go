@@ -122,9 +122,43 @@ type Provider interface {
 	Bytes() int64
 	// MaxBytes is the provider bound (0: unbounded).
 	MaxBytes() int64
+	// Counters reports what the provider counted of itself since it
+	// opened: numbers it already holds, read without a query (the broker's
+	// metrics call it once per recompute, RFC 0005 §1.6).
+	Counters() Counters
 	// Close releases the provider. The memory provider writes its snapshot
 	// here (invariant 14: memory durability is exactly the last snapshot).
 	Close() error
+}
+
+// Counters are a provider's counts of itself (Provider.Counters).
+type Counters struct {
+	// Type is the provider's kind: "memory" or "sqlite".
+	Type string
+	// Errors counts storage calls that failed for another reason than the
+	// refusals a caller is written to expect (ErrFull, ErrNotFound,
+	// ErrBelowFloor, ErrBeyondEnd, ErrExists, ErrClosed), and failed
+	// periodic WAL fsyncs.
+	Errors uint64
+	// Commits is nil for a provider that does not gather publishes into
+	// transactions (memory).
+	Commits *CommitCounters
+}
+
+// CommitCounters are the publish transactions of a provider that gathers
+// publishes into transactions (sqlite's group commit).
+type CommitCounters struct {
+	// Publish transactions by what closed them: the record ceiling, the
+	// commit interval, a transaction already committing when the batch
+	// began (collected without waiting), one publish per transaction
+	// (publish_commit_interval: none).
+	ByRecords, ByInterval, ByCommit, Unbatched uint64
+	// Records is how many records those transactions carried.
+	Records uint64
+	// MaxRecords is the record ceiling of one transaction as configured:
+	// publish_commit_max_records, the default when the key is absent, 0
+	// with publish_commit_interval: none.
+	MaxRecords int
 }
 
 // AppendLog is an append channel: a replayable log with a floor and a next
@@ -166,6 +200,11 @@ type AppendLog interface {
 	DropPosition(reader string) (bool, error)
 	// Positions lists every stored position (for start-up expiry and ops).
 	Positions() ([]Position, error)
+	// LowestPosition is the lowest stored position's offset and how many
+	// positions are stored, found in one pass without copying them out
+	// (lowest is 0 when count is 0). The broker's metrics pay this one
+	// pass per recompute (RFC 0005 §1.6: the one figure counted per scrape).
+	LowestPosition() (lowest uint64, count int, err error)
 }
 
 // QueueItem is one unresolved queue record with what survives a restart

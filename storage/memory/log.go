@@ -297,6 +297,24 @@ func (l *appendLog) DropPosition(reader string) (bool, error) {
 	return ok, nil
 }
 
+// LowestPosition is the lowest stored position and how many are stored, in
+// one pass over the map (storage.AppendLog).
+func (l *appendLog) LowestPosition() (uint64, int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.p.closed.Load() {
+		return 0, 0, l.errf("%w", storage.ErrClosed)
+	}
+	var lowest uint64
+	first := true
+	for _, pos := range l.positions {
+		if first || pos.Offset < lowest {
+			lowest, first = pos.Offset, false
+		}
+	}
+	return lowest, len(l.positions), nil
+}
+
 // Positions lists every stored position, ordered by reader.
 func (l *appendLog) Positions() ([]storage.Position, error) {
 	l.mu.RLock()

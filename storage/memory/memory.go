@@ -146,6 +146,11 @@ func (p *Provider) Bytes() int64 { return p.bytes.Load() }
 // MaxBytes is the provider bound (0: unbounded).
 func (p *Provider) MaxBytes() int64 { return p.maxBytes }
 
+// Counters reports what the provider counted of itself (storage.Provider).
+// A memory provider's calls fail only with the refusals callers expect, and
+// it has no transactions: nothing to count yet.
+func (p *Provider) Counters() storage.Counters { return storage.Counters{Type: "memory"} }
+
 // admit charges n bytes of a publish or enqueue, refusing when they would
 // reach into the reserve. It never evicts (invariant 2).
 func (p *Provider) admit(n int64) bool {

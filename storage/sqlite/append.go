@@ -286,6 +286,19 @@ func (l *appendLog) DropPosition(reader string) (bool, error) {
 	return existed, nil
 }
 
+// LowestPosition is the lowest stored position and how many are stored,
+// in one read of the positions table (storage.AppendLog).
+func (l *appendLog) LowestPosition() (uint64, int, error) {
+	var lowest, count int64
+	err := l.p.read(func(ctx context.Context, q querier) error {
+		return q.queryRow(ctx, stLowestPosition, l.ch.id).Scan(&lowest, &count)
+	})
+	if err != nil {
+		return 0, 0, l.p.wrap("lowest position on "+l.ch.name, err)
+	}
+	return uint64(lowest), int(count), nil
+}
+
 // Positions lists every stored position on the channel.
 func (l *appendLog) Positions() ([]storage.Position, error) {
 	var out []storage.Position

@@ -285,6 +285,25 @@ func (p *Provider) Stats() Stats {
 	return s
 }
 
+// Counters reports what the provider counted of itself (storage.Provider):
+// calls that failed and failed WAL fsyncs, and its publish transactions.
+func (p *Provider) Counters() storage.Counters {
+	s := p.Stats()
+	max := p.opts.batchMax
+	if p.opts.PublishCommitNone {
+		max = 0
+	}
+	return storage.Counters{
+		Type:   "sqlite",
+		Errors: p.stats.failures.Load() + s.FlushErrors,
+		Commits: &storage.CommitCounters{
+			ByRecords: s.CommitsByRecords, ByInterval: s.CommitsByInterval,
+			ByCommit: s.CommitsByCommit, Unbatched: s.CommitsUnbatched,
+			Records: s.CommittedRecords, MaxRecords: max,
+		},
+	}
+}
+
 // Append opens (or returns the already open) append log for a channel. The
 // same name always returns the same object, so there is one counter.
 func (p *Provider) Append(name string) (storage.AppendLog, error) {

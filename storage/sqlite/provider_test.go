@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -471,6 +472,7 @@ func TestClosedProviderRefusesEverything(t *testing.T) {
 	_, _, checks["Position"] = l.Position("mqtt:a")
 	checks["SavePosition"] = l.SavePosition(storage.Position{Reader: "mqtt:a"})
 	_, checks["Positions"] = l.Positions()
+	_, _, checks["LowestPosition"] = l.LowestPosition()
 	_, _, checks["FirstAtOrAfter"] = l.FirstAtOrAfter(time.Now())
 	_, checks["Items"] = q.Items(0, 1)
 	_, checks["Get"] = q.Get(1)
@@ -492,6 +494,7 @@ func TestCommitModes(t *testing.T) {
 		if s := p.Stats(); s.CommitsUnbatched != 80 || s.CommittedRecords != 80 {
 			t.Fatalf("stats %+v: want 80 unbatched transactions", s)
 		}
+		checkCommitCounters(t, p, storage.CommitCounters{Unbatched: 80, Records: 80, MaxRecords: 0})
 	})
 	t.Run("interval", func(t *testing.T) {
 		p := openAt(t, newDB(t), func(o *Options) {
@@ -504,6 +507,8 @@ func TestCommitModes(t *testing.T) {
 		if s.CommittedRecords != 80 || commits < 20 || s.CommitsByCommit != 0 || s.CommitsUnbatched != 0 {
 			t.Fatalf("stats %+v: want 80 records in at least 20 transactions of at most 4", s)
 		}
+		checkCommitCounters(t, p, storage.CommitCounters{ByRecords: s.CommitsByRecords, ByInterval: s.CommitsByInterval,
+			Records: 80, MaxRecords: 4})
 	})
 	t.Run("collect", func(t *testing.T) {
 		p := openAt(t, newDB(t), nil)
@@ -512,7 +517,55 @@ func TestCommitModes(t *testing.T) {
 		if s.CommittedRecords != 80 || s.CommitsByCommit+s.CommitsByRecords == 0 || s.CommitsByInterval != 0 {
 			t.Fatalf("stats %+v", s)
 		}
+		checkCommitCounters(t, p, storage.CommitCounters{ByRecords: s.CommitsByRecords, ByCommit: s.CommitsByCommit,
+			Records: 80, MaxRecords: DefaultBatchRecords})
 	})
+}
+
+// checkCommitCounters: what the broker's metrics read (Counters) is the
+// provider's own count, and publish_commit_max_records as the mode has it.
+func checkCommitCounters(t *testing.T, p *Provider, want storage.CommitCounters) {
+	t.Helper()
+	c := p.Counters()
+	if c.Type != "sqlite" || c.Commits == nil || *c.Commits != want || c.Errors != 0 {
+		t.Fatalf("Counters = %+v (commits %+v), want sqlite, %+v, no errors", c, c.Commits, want)
+	}
+}
+
+// TestCountersErrors: a call that fails for a reason no caller expects is
+// counted once (saguin_storage_errors_total); a refusal the caller is
+// written for (no room, not found) is not.
+func TestCountersErrors(t *testing.T) {
+	fail := errors.New("injected")
+	var failing atomic.Bool
+	p := openAt(t, newDB(t), func(o *Options) {
+		o.Faults = &Faults{BeforePublishCommit: func(int) error {
+			if failing.Load() {
+				return fail
+			}
+			return nil
+		}}
+	})
+	l := mustLog(t, p, "events")
+	q := mustQueue(t, p, "jobs")
+	if _, err := q.Get(99); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("Get of a missing job = %v, want ErrNotFound", err)
+	}
+	l.SetMaxBytes(1)
+	if _, err := l.Append(record("big", 10)); !errors.Is(err, storage.ErrFull) {
+		t.Fatalf("Append past max_bytes = %v, want ErrFull", err)
+	}
+	l.SetMaxBytes(0)
+	if n := p.Counters().Errors; n != 0 {
+		t.Fatalf("Errors after two expected refusals = %d, want 0", n)
+	}
+	failing.Store(true)
+	if _, err := l.Append(record("x", 10)); !errors.Is(err, fail) {
+		t.Fatalf("Append with a failing commit = %v, want the injected error", err)
+	}
+	if n := p.Counters().Errors; n != 1 {
+		t.Fatalf("Errors after one failed publish = %d, want 1", n)
+	}
 }
 
 func appendConcurrently(t *testing.T, l storage.AppendLog, workers, each int) {

@@ -46,6 +46,7 @@ const (
 	stValue
 	stValuesAfter
 	stValuesSince
+	stLowestPosition
 	numStmts
 )
 
@@ -93,6 +94,8 @@ var stmtSQL = [numStmts]string{
 	stValuesAfter:    `SELECT ` + recordColumns + ` FROM latest_values WHERE channel = ? AND topic > ? ORDER BY topic LIMIT ?`,
 	// Since: served by the UNIQUE (channel, offset) index.
 	stValuesSince: `SELECT ` + recordColumns + ` FROM latest_values WHERE channel = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?`,
+	// One pass over the channel's positions (its primary key's prefix).
+	stLowestPosition: `SELECT coalesce(min("offset"), 0), count(*) FROM positions WHERE channel = ?`,
 }
 
 type stmtSet [numStmts]*sql.Stmt

@@ -104,6 +104,9 @@ type stats struct {
 	committedRecords  atomic.Uint64
 	commits           atomic.Uint64 // every committed write transaction
 	reliefGroups      atomic.Uint64 // relief transactions tried (groups and writes run alone)
+	// failures counts calls that failed for a reason no caller expects
+	// (wrap): storage.Counters' Errors, with the flusher's.
+	failures atomic.Uint64
 	// batches counts committed publish transactions (a value Put committed
 	// alone included) by how many records each carried, in the buckets
 	// batchBuckets names; largestBatch is the most any carried.
@@ -687,6 +690,7 @@ func (p *Provider) wrap(what string, err error) error {
 	if isFull(err) {
 		return fmt.Errorf("storage %s: %s: %w (%w)", p.opts.Name, what, storage.ErrFull, err)
 	}
+	p.stats.failures.Add(1)
 	return fmt.Errorf("storage %s: %s: %w", p.opts.Name, what, err)
 }
 

@@ -460,6 +460,7 @@ func Positions(t *testing.T, open OpenFunc) {
 	if _, ok, err := l.Position("mqtt:a"); ok || err != nil {
 		t.Fatalf("Position of an unknown reader = %v, %v", ok, err)
 	}
+	checkPositions(t, "none stored", l, nil)
 	now := h.clock.Now()
 	save := func(p storage.Position) {
 		t.Helper()
@@ -527,11 +528,20 @@ func checkPositions(t *testing.T, what string, l storage.AppendLog, want []stora
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d positions %+v, want %d %+v", what, len(got), got, len(want), want)
 	}
+	var lowest uint64
 	for i := range want {
 		w, g := want[i], got[i]
 		if w.Reader != g.Reader || w.Offset != g.Offset || !sameTime(w.LastSeen, g.LastSeen) || w.Expiry != g.Expiry {
 			t.Fatalf("%s: position %d = %+v, want %+v", what, i, g, w)
 		}
+		if i == 0 || w.Offset < lowest {
+			lowest = w.Offset
+		}
+	}
+	// The metrics' one pass agrees with the list it summarises.
+	low, n, err := l.LowestPosition()
+	if err != nil || low != lowest || n != len(want) {
+		t.Fatalf("%s: LowestPosition = %d, %d, %v; want %d, %d, nil", what, low, n, err, lowest, len(want))
 	}
 }
 

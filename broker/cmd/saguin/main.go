@@ -250,7 +250,7 @@ func serve(path string, stdout, stderr io.Writer) int {
 			strings.Join(fset.Names, ","))
 	}
 
-	b, err := broker.New(cfg, broker.Options{Build: buildRevision(), Logger: logger, SQLiteFaults: fset.SQLite, PanicTopic: fset.PanicTopic})
+	b, err := broker.New(cfg, broker.Options{Build: buildRevision(), Version: buildString(), Logger: logger, SQLiteFaults: fset.SQLite, PanicTopic: fset.PanicTopic})
 	if err != nil {
 		log.Error("start failed", "error", err)
 		return 1
