@@ -1,7 +1,6 @@
 package broker
 
 import (
-
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
