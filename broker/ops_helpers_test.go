@@ -33,6 +33,10 @@ const opsChannels = `  events:
     filter: "state/#"
 `
 
+// loopbackOps is an operations block with one loopback tcp door and no
+// password file: every route, to the test's client.
+const loopbackOps = "    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n"
+
 // opsConfig is a broker with the mqtt block and the operations block given
 // (each the YAML under its key, indented four spaces; "" mqtt is one tcp
 // door), over opsChannels on a memory provider.
@@ -41,23 +45,32 @@ func opsConfig(t *testing.T, dir, mqtt, operations string) string {
 	return opsConfigWith(t, dir, mqtt, operations, opsChannels)
 }
 
-// opsConfigWith is opsConfig with the channels block given.
+// opsConfigWith is opsConfig with the channels block given: appendConfig
+// on memory with its MQTT doors, an operations block and its channels
+// replaced.
 func opsConfigWith(t *testing.T, dir, mqtt, operations, channels string) string {
 	t.Helper()
-	if mqtt == "" {
-		mqtt = "    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n"
+	text := appendConfigWith(memoryProvider, "")
+	if mqtt != "" {
+		text = strings.Replace(text, "    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n", mqtt, 1)
 	}
-	text := "broker:\n  id: test\n  log_level: debug\n  mqtt:\n" + mqtt + "  operations:\n" + operations + `  storage:
-    default: main
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      main:
-        type: memory
-        snapshot_dir: none
-channels:
-` + channels
+	text = strings.Replace(text, "  storage:\n", "  operations:\n"+operations+"  storage:\n", 1)
+	text = text[:strings.Index(text, "channels:\n")] + "channels:\n" + channels
 	return brokertest.Config(t, dir, text)
+}
+
+// startWithPasswords is a broker whose MQTT door checks user names
+// against a password file naming dev-1 (password pw-dev-1), with the
+// broker.mqtt key given beside it, and a client of its loopback operations
+// door.
+func startWithPasswords(t *testing.T, mqttKey string) (*brokertest.Broker, *opsHTTP) {
+	t.Helper()
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "passwd")
+	writePasswordFile(t, pw, "dev-1")
+	mqtt := "    password_file: \"" + pw + "\"\n    " + mqttKey + "\n    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n"
+	b := brokertest.Start(t, opsConfig(t, dir, mqtt, loopbackOps))
+	return b, opsOverTCP(t, b.OperationsAddr("tcp").String(), nil)
 }
 
 // writeFileT writes a file the test reads back or the broker reads.

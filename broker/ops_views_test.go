@@ -17,10 +17,6 @@ import (
 	"saguin.dev/broker/internal/ops"
 )
 
-// loopbackOps is an operations block with one loopback tcp door and no
-// password file: every route, to the test's client.
-const loopbackOps = "    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n"
-
 // awaitOps asks path until ok accepts the answer, and returns it; the
 // broker's state moves on its own goroutines (an acknowledgement stored, a
 // job handed over), so the test polls for it rather than sleeping.
@@ -44,12 +40,7 @@ func awaitOps(t *testing.T, c *opsHTTP, path string, ok func(opsReply) bool) ops
 // null where only a connection knows it; partitions only on a session
 // that declared a slice; the counts beside.
 func TestOperationsSessionsShowsConnectedAndHeldSessions(t *testing.T) {
-	dir := t.TempDir()
-	pw := filepath.Join(dir, "passwd")
-	writePasswordFile(t, pw, "dev-1")
-	mqtt := "    password_file: \"" + pw + "\"\n    allow_anonymous: true\n    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n"
-	b := brokertest.Start(t, opsConfig(t, dir, mqtt, loopbackOps))
-	c := opsOverTCP(t, b.OperationsAddr("tcp").String(), nil)
+	b, c := startWithPasswords(t, "allow_anonymous: true")
 
 	live, _ := dialMx(t, b.Address(), "live-a", mxConnect{clean: true, user: "dev-1", password: "pw-dev-1"})
 	live.subscribe(1, "state/#", 1)
@@ -289,12 +280,7 @@ func TestOperationsPositionLostFilesEveryPassing(t *testing.T) {
 // client ids make 100 rows returned of every one tracked, none beyond the
 // record's bound.
 func TestOperationsRefusedListsRefusedClientsWorstFirst(t *testing.T) {
-	dir := t.TempDir()
-	pw := filepath.Join(dir, "passwd")
-	writePasswordFile(t, pw, "dev-1")
-	mqtt := "    password_file: \"" + pw + "\"\n    min_protocol_version: \"5\"\n    listen:\n      tcp:\n        address: \"127.0.0.1:0\"\n"
-	b := brokertest.Start(t, opsConfig(t, dir, mqtt, loopbackOps))
-	c := opsOverTCP(t, b.OperationsAddr("tcp").String(), nil)
+	b, c := startWithPasswords(t, `min_protocol_version: "5"`)
 
 	for i := 0; i < 2; i++ {
 		if _, ack := connectMx(t, b.Address(), "bad-pw", mxConnect{clean: true, user: "dev-1", password: "not-the-password"}); ack.ReasonCode != 0x86 {

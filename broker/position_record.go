@@ -100,7 +100,8 @@ func (r *lostRecord) add(p lostPassing, at time.Time) {
 // them, copied under the lock and sorted outside it.
 func (r *lostRecord) view(max int) ops.PositionLost {
 	r.mu.Lock()
-	out := ops.PositionLost{Readers: make([]ops.LostReader, 0, len(r.rows)), Tracked: len(r.rows), Beyond: r.beyond}
+	out := ops.PositionLost{Readers: make([]ops.LostReader, 0, len(r.rows)),
+		RecordCounts: ops.RecordCounts{Tracked: len(r.rows), Beyond: r.beyond}}
 	for k, row := range r.rows {
 		out.Readers = append(out.Readers, ops.LostReader{Reader: k.reader, Channel: k.channel, Kind: row.kind,
 			Reported: !row.untold, Count: row.count, RecordsMissed: row.missed, LastPosition: row.position,

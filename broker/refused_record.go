@@ -127,7 +127,8 @@ func (r *refusedRecord) add(clientID, user, reason string, at time.Time) {
 // max of them, copied under the lock and sorted outside it.
 func (r *refusedRecord) view(max int) ops.Refused {
 	r.mu.Lock()
-	out := ops.Refused{Clients: make([]ops.RefusedClient, 0, len(r.rows)), Tracked: len(r.rows), Beyond: r.beyond}
+	out := ops.Refused{Clients: make([]ops.RefusedClient, 0, len(r.rows)),
+		RecordCounts: ops.RecordCounts{Tracked: len(r.rows), Beyond: r.beyond}}
 	for id, row := range r.rows {
 		out.Clients = append(out.Clients, ops.RefusedClient{ClientID: id, User: row.user, Reason: row.reason,
 			Count: row.count, LastSeen: ops.TimeOf(row.last)})

@@ -155,13 +155,14 @@ func channelsDoc(cfg *config.Config) map[string]any {
 			"configured_in": c.File,
 		}
 		switch {
-		case c.DeadLetterOf != "":
-			ch["dead_letter_of"] = c.DeadLetterOf
-			ch["retention_period"] = orNone(c.RetentionPeriod)
-			ch["retention_bytes"] = bytesOrNone(c.RetentionBytes)
 		case c.Type == "append":
 			ch["retention_period"] = orNone(c.RetentionPeriod)
 			ch["retention_bytes"] = bytesOrNone(c.RetentionBytes)
+			if c.DeadLetterOf != "" {
+				// Its queue's: no bound or start of its own.
+				ch["dead_letter_of"] = c.DeadLetterOf
+				break
+			}
 			ch["max_bytes"] = bytesOrNone(c.MaxBytes)
 			ch["start"] = "floor"
 			if c.StartTail {

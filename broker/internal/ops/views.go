@@ -179,12 +179,18 @@ type QueueRecord struct {
 
 // Refused is /v1/operations/refused.
 type Refused struct {
-	Clients  []RefusedClient `json:"clients"`
-	Returned int             `json:"returned"`
-	// Tracked is how many rows the broker holds; Beyond how many refusals
-	// it could not keep a row for (the record is bounded).
-	Tracked int    `json:"tracked"`
-	Beyond  uint64 `json:"beyond"`
+	Clients []RefusedClient `json:"clients"`
+	RecordCounts
+}
+
+// RecordCounts are the counts of a body read from one of the broker's
+// bounded records: the rows returned, the rows the broker holds
+// (Tracked), and what it could not keep a row for (Beyond: refusals, or
+// passings).
+type RecordCounts struct {
+	Returned int    `json:"returned"`
+	Tracked  int    `json:"tracked"`
+	Beyond   uint64 `json:"beyond"`
 }
 
 // RefusedClient is one client's refusals ("" client_id: before a CONNECT
@@ -199,10 +205,8 @@ type RefusedClient struct {
 
 // PositionLost is /v1/operations/position-lost.
 type PositionLost struct {
-	Readers  []LostReader `json:"readers"`
-	Returned int          `json:"returned"`
-	Tracked  int          `json:"tracked"`
-	Beyond   uint64       `json:"beyond"`
+	Readers []LostReader `json:"readers"`
+	RecordCounts
 }
 
 // LostReader is one reader on one channel whose stored position the
