@@ -1,16 +1,23 @@
 package broker_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"saguin.dev/broker/brokertest"
+	"saguin.dev/broker/internal/ops"
 )
 
 // metricsType is the Prometheus text exposition's content type.
@@ -348,5 +355,70 @@ func TestOperationsDoorCertificateReloads(t *testing.T) {
 	}
 	if got := served(); got != second.Serial.String() {
 		t.Fatalf("after a refused reload: serial %s, want %s still", got, second.Serial)
+	}
+}
+
+// Invariant 13 at the operations doors: a door holds at most
+// ops.MaxConnsPerDoor connections — one past them is closed at its
+// accept, with a line, and served again once one of them ends — and a
+// request's headers past 8 KiB are refused (431) without reaching a route.
+func TestInvariant13_OperationsDoorBoundsWhatACallerHolds(t *testing.T) {
+	b := brokertest.Start(t, opsConfig(t, t.TempDir(), "", loopbackOps))
+	addr := b.OperationsAddr("tcp").String()
+	var held []net.Conn
+	for range ops.MaxConnsPerDoor {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	// Each is known accepted once the door answers on it.
+	for _, c := range held {
+		if _, err := c.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+			t.Fatalf("a held connection: %q %v", line, err)
+		}
+	}
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	_, _ = over.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+	_ = over.SetReadDeadline(time.Now().Add(wait))
+	if answer, err := io.ReadAll(over); len(answer) > 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection past the bound was served: %.40q %v", answer, err)
+	}
+	if !logHasLine(b.Log.String(), `msg="operations connection refused: the door holds its most connections"`, fmt.Sprintf("most=%d", ops.MaxConnsPerDoor)) {
+		t.Errorf("no line for the refused connection:\n%s", b.Log.Tail(10))
+	}
+	held[0].Close()
+	c := opsOverTCP(t, addr, nil)
+	deadline := time.Now().Add(wait)
+	for r := c.get("/health"); r.err != nil || r.status != http.StatusOK; r = c.get("/health") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection served after one of the held ones ended: %v", r.err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Past the header bound the request is answered 431 and the socket
+	// closed, the rest of the request unread: the client may see the
+	// answer, or only the reset. Never the route.
+	big, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	_, _ = big.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + strings.Repeat("x", 16<<10) + "\r\n\r\n"))
+	_ = big.SetReadDeadline(time.Now().Add(wait))
+	answer, err := io.ReadAll(big)
+	if bytes.Contains(answer, []byte(" 200 ")) || (len(answer) > 0 && !bytes.HasPrefix(answer, []byte("HTTP/1.1 431"))) ||
+		errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a request with 16 KiB of headers: %.40q %v", answer, err)
 	}
 }

@@ -30,9 +30,9 @@ const (
 	idleWithin = 90 * time.Second
 	// maxHeaderBytes bounds a request's line and headers.
 	maxHeaderBytes = 8 << 10
-	// maxConnsPerDoor bounds each door's open connections; one past it is
+	// MaxConnsPerDoor bounds each door's open connections; one past it is
 	// closed at its accept.
-	maxConnsPerDoor = 32
+	MaxConnsPerDoor = 32
 )
 
 // healthWithin is how long /health waits to enter the publish path
@@ -77,7 +77,7 @@ type door struct {
 	layers *doorpkg.Layers // TLS (tcp) or the PROXY header (unix); never nil
 	http   *http.Server
 	ln     net.Listener
-	slots  chan struct{} // maxConnsPerDoor
+	slots  chan struct{} // MaxConnsPerDoor
 }
 
 // Options are what New needs beside the configuration.
@@ -107,7 +107,7 @@ func New(cfg *config.Config, o Options) (*Server, error) {
 		refusals: logging.NewRefusalLog(o.Log, o.Now)}
 	var errs []error
 	for _, l := range oc.Listeners {
-		d := &door{cfg: l, slots: make(chan struct{}, maxConnsPerDoor),
+		d := &door{cfg: l, slots: make(chan struct{}, MaxConnsPerDoor),
 			layers: &doorpkg.Layers{Proxy: l.ProxyProtocol, ProxyWithin: o.ProxyHeaderWithin}}
 		if l.TLS != nil {
 			certs, err := doorpkg.LoadCertificates(l.ID, *l.TLS)
@@ -273,11 +273,11 @@ func (l *doorListener) Accept() (net.Conn, error) {
 		select {
 		case l.d.slots <- struct{}{}:
 		default:
-			// invariant 13: a door holds at most maxConnsPerDoor connections.
-			remote := raw.RemoteAddr().String()
+			// invariant 13: a door holds at most MaxConnsPerDoor connections.
+			// The line first: it is written by the time the caller sees the close.
+			l.s.refused(l.d, raw.RemoteAddr().String(), "connections",
+				"operations connection refused: the door holds its most connections", "most", MaxConnsPerDoor)
 			_ = raw.Close()
-			l.s.refused(l.d, remote, "connections", "operations connection refused: the door holds its most connections",
-				"most", maxConnsPerDoor)
 			continue
 		}
 		now := time.Now()
