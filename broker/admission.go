@@ -351,6 +351,10 @@ type clientConn struct {
 	// auth is who the connection authenticated as at its CONNECT, and its
 	// grants (auth.go); nil before.
 	auth atomic.Pointer[connAuth]
+	// connect is who its CONNECT said the client is, as soon as it is
+	// read (refused_record.go): a refusal before the CONNECT hook (a
+	// protocol version refused) still names the client.
+	connect atomic.Pointer[connectNote]
 	// afterServed is what must wait until the substrate has done with the
 	// connection — its goroutine has returned (listener.go): the release of
 	// the client id's claim a teardown took (ownership.go).
@@ -723,8 +727,12 @@ func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 // rate-limited (operations.md §3.2) by its client id or, before one is
 // known, by the host it came from: a client reconnecting in a loop uses a
 // new port each time.
+//
+// Every refusal given here ends the connection: a CONNECT refused, or a
+// packet the framer refused.
 func (c *clientConn) refused(kind string, code byte, msg string, args ...any) {
 	source := ""
+	id, user := c.connectedAs()
 	if cl := c.client.Load(); cl != nil {
 		source = cl.ID
 	} else if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
@@ -732,7 +740,8 @@ func (c *clientConn) refused(kind string, code byte, msg string, args ...any) {
 	} else {
 		source = "remote " + c.RemoteAddr().String()
 	}
-	c.l.refusals.Refused(logging.Refusal{Level: slog.LevelWarn, Client: source, Kind: kind, Code: code, Msg: msg, Args: args})
+	c.l.refusals.Refused(logging.Refusal{Level: slog.LevelWarn, Client: source, Kind: kind, Code: code, Msg: msg, Args: args,
+		ClientID: id, User: user, Ends: true})
 }
 
 func (c *clientConn) boundOr(d time.Duration) time.Duration {

@@ -30,6 +30,9 @@ type authority struct {
 	// rules is the ACL; nil when there is no acl_file: every client may do
 	// everything, and nothing is asked.
 	rules *acl.ACL
+	// operators are the operations listener's password files, by path
+	// (ops_auth.go): re-read with the rest, all or nothing.
+	operators map[string]*passwd.Table
 }
 
 // loadAuthority reads every password file the doors name and the ACL.
@@ -49,6 +52,7 @@ func loadAuthority(cfg *config.Config, gen uint64) (*authority, error) {
 	if err := emptyDoorFiles(cfg, a.passwords); err != nil {
 		errs = append(errs, err...)
 	}
+	a.operators, errs = loadOperators(cfg, errs)
 	if cfg.Broker.ACLFile != "" {
 		rules, err := acl.Load(cfg.Broker.ACLFile, cfg)
 		if err != nil {
@@ -109,21 +113,7 @@ func PasswordCheck(cfg *config.Config) []config.Finding {
 			tables[path] = t
 			continue
 		}
-		// The problems are placed in the password file, under the key
-		// that names it.
-		key := passwordFileKey(cfg, path)
-		var le *passwd.LoadError
-		if !errors.As(err, &le) || le.Err != nil {
-			out = append(out, config.Finding{File: path, Key: key, Problem: err.Error()})
-			continue
-		}
-		for _, p := range le.Problems {
-			out = append(out, config.Finding{File: path, Line: p.Line, Key: key, Problem: p.Text})
-		}
-		if le.More > 0 {
-			out = append(out, config.Finding{File: path, Key: key,
-				Problem: fmt.Sprintf("%d further problems not listed; fix these and check again", le.More)})
-		}
+		out = append(out, passwordFindings(path, passwordFileKey(cfg, path), err)...)
 	}
 	for _, l := range cfg.Broker.Listeners {
 		t := tables[l.PasswordFile]
@@ -136,6 +126,24 @@ func PasswordCheck(cfg *config.Config) []config.Finding {
 		}
 		f.Problem = fmt.Sprintf("%s names nobody, and door %s admits nobody else (allow_anonymous is false, no client certificate is required): every client would be refused; add users with saguin --passwd add, or allow anonymous clients on the door", l.PasswordFile, l.ID)
 		out = append(out, f)
+	}
+	return out
+}
+
+// passwordFindings places a password file's load error: each problem on
+// its line of the file, under the configuration key that names it.
+func passwordFindings(path, key string, err error) []config.Finding {
+	var le *passwd.LoadError
+	if !errors.As(err, &le) || le.Err != nil {
+		return []config.Finding{{File: path, Key: key, Problem: err.Error()}}
+	}
+	var out []config.Finding
+	for _, p := range le.Problems {
+		out = append(out, config.Finding{File: path, Line: p.Line, Key: key, Problem: p.Text})
+	}
+	if le.More > 0 {
+		out = append(out, config.Finding{File: path, Key: key,
+			Problem: fmt.Sprintf("%d further problems not listed; fix these and check again", le.More)})
 	}
 	return out
 }
@@ -155,10 +163,10 @@ func passwordFileKey(cfg *config.Config, path string) string {
 }
 
 // ConfigChecks are the checks a start runs beside the configuration
-// loader's own, in its pass: what this build does not serve, the password
-// files, the ACL file. --check-config runs the same list.
+// loader's own, in its pass: the MQTT password files, the operator
+// password files, the ACL file. --check-config runs the same list.
 func ConfigChecks() []config.Check {
-	return []config.Check{Unserved, PasswordCheck, acl.Check}
+	return []config.Check{PasswordCheck, OperatorPasswordCheck, acl.Check}
 }
 
 // connAuth is who a connection authenticated as, decided at its CONNECT,

@@ -105,6 +105,12 @@ type Broker struct {
 	proxyWithin time.Duration // Options.ProxyHeaderWithin
 	// pidFile is the pid file this broker wrote ("" = none yet).
 	pidFile string
+	// operations is the operations listener (ops.go); refusedClients and
+	// positionsLost are the records two of its routes read
+	// (refused_record.go, position_record.go).
+	operations     operations
+	refusedClients *refusedRecord
+	positionsLost  *lostRecord
 
 	claims idClaims // per client id: CONNECT takeover vs teardown (invariant 17)
 	// spaces tracks the partition counts subscribers declare per filter, to
@@ -158,9 +164,6 @@ type Broker struct {
 // New opens every provider and channel the configuration names and prepares
 // the MQTT server. Nothing listens until Start.
 func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
-	if err := unservedConfig(cfg); err != nil {
-		return nil, err
-	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
@@ -186,6 +189,9 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		b.version = opts.Build
 	}
 	b.refusals = logging.NewRefusalLog(b.log, b.clock.Now)
+	b.refusedClients = newRefusedRecord(refusedTracked, cfg.Broker.Limits.MaxTopicLength)
+	b.positionsLost = newLostRecord(lostTracked, cfg.Broker.Limits.MaxTopicLength)
+	b.refusals.Observe(b.noteRefusal)
 	b.penalties = newAuthPenalties()
 	defer func() {
 		if err != nil {
@@ -198,8 +204,13 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	for _, w := range cfg.Warnings {
 		b.log.Warn("configuration warning", w.Attrs()...)
 	}
-	// Every door's certificates are read before anything opens (doors.go).
+	// Every door's certificates are read before anything opens (doors.go),
+	// the operations doors' with them; and the configuration document the
+	// operations listener serves is rendered (ops.go).
 	if b.layers, err = b.doorLayers(); err != nil {
+		return nil, err
+	}
+	if err := b.newOperations(); err != nil {
 		return nil, err
 	}
 	// Before any storage opens: the files naming who may connect are read
@@ -398,10 +409,18 @@ func (b *Broker) Start() error {
 		doors = append(doors, d)
 		b.logListening(l, ln.Addr().String(), b.layers[l.ID]) // doors.go
 	}
+	// RFC 0005 §1.1: the operations doors bind with the MQTT doors, and
+	// serve at once (ops.go).
+	if err := b.startOperations(); err != nil {
+		b.stopOperations()
+		b.closeListeners()
+		return err
+	}
 	// operations.md §3.3: the pid file says the broker can be reached, so
 	// it is written once every door is bound (the signal handlers are
 	// installed by the caller before New), before serving.
 	if err := b.writePIDFile(); err != nil {
+		b.stopOperations()
 		b.closeListeners()
 		return err
 	}
@@ -456,6 +475,9 @@ func (b *Broker) Close() error {
 	var err error
 	b.closed.Do(func() {
 		b.closing.Store(true)
+		// The operations listener first: nothing answers /health for a
+		// broker that is stopping (ops.go).
+		b.stopOperations()
 		if b.mqtt != nil {
 			// The substrate's Close only writes DISCONNECT 0x8B (with passive
 			// disconnect it leaves the socket to the client) and then waits

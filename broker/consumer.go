@@ -174,7 +174,7 @@ func (c *consumer) overtaken(era, floor uint64) {
 	c.next = floor
 	c.dirty = true
 	c.mu.Unlock()
-	c.b.positionPassed(msgOvertaken, c.sess.id, c.ch, from, floor)
+	c.b.positionPassed(overtakenPassed, c.sess.id, c.ch, from, floor)
 }
 
 func (c *consumer) sleep(ctx context.Context, d time.Duration) bool {

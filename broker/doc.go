@@ -171,6 +171,16 @@
 // the session's end (willAtSessionEnd) or when its delay is over (willLoop,
 // fireDueWills), through publishWill, which takes the clients' publish path.
 //
+// The operations listener (RFC 0005 §1; ops.go, served by
+// broker/internal/ops) answers HTTP beside all this and changes nothing:
+// /health takes the publish path's locks for a moment (health.go
+// publishPathOpen); the /v1/operations/ routes copy what they show under
+// the broker's locks (ops_views.go), or read the records the refusals
+// (refused_record.go, fed by the refusal log's observer noteRefusal) and
+// the retention floor's passings (position_record.go, fed by
+// positionPassed) keep; the operator password files load with the MQTT
+// ones (ops_auth.go).
+//
 // # Goroutines
 //
 // Every goroutine the package starts, by the function whose go statement
@@ -208,6 +218,11 @@
 //	  substrate's Serve)
 //	Broker.stopListenerClients one shutdown DISCONNECT per      the write, or the close past        nothing; Close waits for all
 //	                             client, and their waiter          cutGrace (cutConnection)
+//	Broker.startOperations     an operations door's accept      Close's stopOperations: the         the door's connections, each at
+//	  (through the listener's    loop (net/http's Serve) and      listener's Close closes every       most one request at a time;
+//	  Serve, broker/internal/    net/http's goroutine per         door and connection, then waits     the listener waits for every
+//	  ops)                       connection                       for the accept loops and every      request being handled
+//	                                                              request being handled
 //
 // The CONNECT claim timer (ownership.go claimForConnect, a time.AfterFunc)
 // is stopped with the claim it guards and at Close (idClaims.stopTimeouts).
@@ -237,6 +252,14 @@
 //	  inbound.mu  publishBudgets.mu  gate.mu  admitListener.mu  door.mu  idClaims.mu
 //	  connWriter.mu  encodings.mu (a broadcast message's kept encodings, fanout_encode.go;
 //	                 never held while encoding)
+//	  refusedRecord.mu  lostRecord.mu (the operations listener's records: taken by a
+//	                 refusal and by a passing, from under any of the above)
+//
+// The operations listener holds at most one of these at a time: /health
+// tries Broker.retainedOrder (read) and then Broker.mu, in that order,
+// each with TryLock, and lets go at once (health.go); the /v1 routes take
+// Broker.mu, then each session.mu, then a consumer.mu or queueEngine.mu,
+// each let go before the next (ops_views.go).
 //
 // The substrate's locks. Its client lock (mqtt.Client's embedded RWMutex) is
 // taken by its WritePacket around the socket write, so the substrate holds
@@ -297,7 +320,8 @@
 //     Broker.holdPublish, publishBudgets.admit, Broker.endSessionKeeping,
 //     Broker.publishWill, Broker.writeRetained (no more retained values
 //     unacknowledged than the Receive Maximum), Broker.holdRetained (what
-//     waits for room bounded by session_queue_bytes).
+//     waits for room bounded by session_queue_bytes), refusedRecord.add and
+//     lostRecord.add (the operations listener's records).
 //  14. memory durability is exactly the last snapshot: Broker.provider
 //     (the snapshot itself is the memory provider's).
 //  15. a restart never resurrects a delivery: Broker.openChannels,

@@ -173,7 +173,9 @@ func (b *Broker) layerReady(l *config.Listener, c *doorpkg.Conn) {
 // doorRefusal is one line about a connection at a door's layers, keyed by
 // the remote host: a refusal, or a note about a connection that goes on.
 func (b *Broker) doorRefusal(remote, kind, msg string, args ...any) {
-	b.refusals.Refused(logging.Refusal{Level: slog.LevelWarn, Client: remoteSource(remote), Kind: kind, Msg: msg, Args: args})
+	notice := kind == noteProxiedCert || kind == noteNamelessCert // the connection goes on
+	b.refusals.Refused(logging.Refusal{Level: slog.LevelWarn, Client: remoteSource(remote), Kind: kind, Msg: msg, Args: args,
+		Ends: !notice})
 }
 
 // remoteSource keys a connection's lines before it has a client id: its
@@ -192,27 +194,25 @@ func remoteSource(remote string) string {
 // Otherwise every connection accepted from now on is served the new files
 // (a connected client keeps its connection), and each door's line says
 // what it now holds.
+//
+// The operations listener's TLS doors are read in the same pass (RFC 0005
+// §1.4): a bad file on any door, MQTT or operations, changes none.
 func (b *Broker) ReloadCertificates() error {
 	type reload struct {
-		l     *config.Listener
+		name  string
 		certs *doorpkg.Certificates
 		next  *doorpkg.Loaded
 	}
 	var todo []reload
 	var errs []error
-	for i := range b.cfg.Broker.Listeners {
-		l := &b.cfg.Broker.Listeners[i]
-		ly := b.layers[l.ID]
-		if ly == nil || ly.TLS == nil {
-			continue
-		}
-		next, err := ly.TLS.Load()
+	for _, d := range b.tlsDoors() {
+		next, err := d.certs.Load()
 		if err != nil {
 			errs = append(errs, err)
-			b.log.Error("TLS certificates not reloaded: a file is bad", "listener", l.Name, "error", err)
+			b.log.Error("TLS certificates not reloaded: a file is bad", "listener", d.name, "error", err)
 			continue
 		}
-		todo = append(todo, reload{l, ly.TLS, next})
+		todo = append(todo, reload{d.name, d.certs, next})
 	}
 	if len(errs) > 0 {
 		b.log.Error("TLS certificates not reloaded: nothing applied, every door serves what it had; fix the files and send SIGUSR1 again",
@@ -222,10 +222,34 @@ func (b *Broker) ReloadCertificates() error {
 	for _, r := range todo {
 		r.certs.Apply(r.next)
 		h := r.next.Held()
-		b.log.Info("TLS certificates reloaded", "listener", r.l.Name, "not_after", h.NotAfter.UTC().Format(time.RFC3339),
+		b.log.Info("TLS certificates reloaded", "listener", r.name, "not_after", h.NotAfter.UTC().Format(time.RFC3339),
 			"serial", h.Serial, "client_ca", h.ClientCA)
 	}
 	return nil
+}
+
+// tlsDoor is a door serving TLS, by the name its lines give it: an MQTT
+// door's name, or an operations door's id (broker.operations.listen.tcp),
+// since the two sets of names may meet.
+type tlsDoor struct {
+	name  string
+	certs *doorpkg.Certificates
+}
+
+// tlsDoors are the MQTT doors' and the operations doors' TLS files.
+func (b *Broker) tlsDoors() []tlsDoor {
+	var out []tlsDoor
+	for _, l := range b.cfg.Broker.Listeners {
+		if ly := b.layers[l.ID]; ly != nil && ly.TLS != nil {
+			out = append(out, tlsDoor{l.Name, ly.TLS})
+		}
+	}
+	if b.operations.srv != nil {
+		for _, c := range b.operations.srv.Certificates() {
+			out = append(out, tlsDoor{c.Door(), c})
+		}
+	}
+	return out
 }
 
 // ReloadOrigins applies each ws door's same_origin and allowed_origins

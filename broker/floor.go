@@ -20,11 +20,24 @@ import (
 //   - a connected consumer's pump (consumer.go): it restarts at the floor,
 //     and the consumer cannot be told — the one case the rule is written
 //     with rather than around.
-const (
-	msgResumePassed    = "stored position below the retention floor: session discarded, answered Session Present 0"
-	msgSubscribePassed = "stored position below the retention floor: restarting where a reader with no position starts"
-	msgOvertaken       = "consumer overtaken by retention: restarting at the floor"
+//
+// Each place is a passing: its line, and how /v1/operations/position-lost
+// files it (position_record.go) — the kind of reader, and whether the
+// reader was told.
+var (
+	resumePassed = passing{msg: "stored position below the retention floor: session discarded, answered Session Present 0",
+		kind: lostSession, told: true}
+	subscribePassed = passing{msg: "stored position below the retention floor: restarting where a reader with no position starts",
+		kind: lostSession}
+	overtakenPassed = passing{msg: "consumer overtaken by retention: restarting at the floor", kind: lostConsumer}
 )
+
+// passing is one of the places a passed position is found.
+type passing struct {
+	msg  string
+	kind string // lostSession or lostConsumer
+	told bool   // the reader learns of it (Session Present 0)
+}
 
 // positionLoss is one channel's count of passed positions since start.
 type positionLoss struct {
@@ -59,12 +72,15 @@ func (b *Broker) PositionLost() map[string]PositionLoss {
 
 // positionPassed counts one passing and tells the operator: the client, the
 // channel, the offset the reader would have been sent next (position), the
-// floor it restarts from, and how many records went in between.
-func (b *Broker) positionPassed(msg, client string, ch *channel, position, floor uint64) {
+// floor it restarts from, and how many records went in between. The
+// operations listener's record keeps it too.
+func (b *Broker) positionPassed(p passing, client string, ch *channel, position, floor uint64) {
 	lost := floor - position
 	ch.lost.passings.Add(1)
 	ch.lost.records.Add(int64(lost))
-	b.log.Warn(msg, "client", client, "channel", ch.name, "position", position, "floor", floor, "lost_records", lost)
+	b.positionsLost.add(lostPassing{reader: "mqtt:" + client, channel: ch.name, kind: p.kind, told: p.told,
+		position: position, floor: floor}, b.clock.Now())
+	b.log.Warn(p.msg, "client", client, "channel", ch.name, "position", position, "floor", floor, "lost_records", lost)
 }
 
 // passedPosition is one of a session's positions retention has passed.

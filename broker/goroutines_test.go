@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -26,6 +28,10 @@ broker:
   id: test
   log_level: debug
   mqtt:
+    listen:
+      tcp:
+        address: "127.0.0.1:0"
+  operations:
     listen:
       tcp:
         address: "127.0.0.1:0"
@@ -130,6 +136,27 @@ func TestCloseStopsEveryGoroutineTheBrokerStarted(t *testing.T) {
 		pub.publish1(uint16(30+i), "news/a", fmt.Sprintf("n%d", i), packets.Properties{})
 	}
 	listener.nextPublish("a broadcast delivery, left unacknowledged")
+	// The operations listener: a kept-alive connection idle after its
+	// answers, and one that has sent half a request.
+	opsAddr := b.OperationsAddr("tcp").String()
+	keep := &http.Client{Transport: &http.Transport{}}
+	defer keep.CloseIdleConnections()
+	for _, path := range []string{"/health", "/v1/operations/sessions", "/v1/operations/consumers"} {
+		resp, err := keep.Get("http://" + opsAddr + path)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %v %v", path, err, resp)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	half, err := net.Dial("tcp", opsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	if _, err := half.Write([]byte("GET /v1/operations/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n")); err != nil {
+		t.Fatal(err)
+	}
 	during := runtime.NumGoroutine()
 
 	// A Close that waits on a goroutine it does not stop would hang; the
@@ -164,7 +191,8 @@ func TestCloseStopsEveryGoroutineTheBrokerStarted(t *testing.T) {
 func brokerStacks(all string) string {
 	var out []string
 	for _, g := range strings.Split(all, "\n\n") {
-		if strings.Contains(g, "saguin.dev/broker.") || strings.Contains(g, "mochi-mqtt") || strings.Contains(g, "saguin.dev/storage") {
+		if strings.Contains(g, "saguin.dev/broker.") || strings.Contains(g, "mochi-mqtt") || strings.Contains(g, "saguin.dev/storage") ||
+			strings.Contains(g, "saguin.dev/broker/internal/ops.") || strings.Contains(g, "net/http.(*conn).serve") {
 			out = append(out, g)
 		}
 	}
@@ -179,7 +207,8 @@ func ownStacks(all string) string {
 		if strings.Contains(g, "saguin.dev/broker_test.") {
 			continue
 		}
-		if strings.Contains(g, "saguin.dev/broker.") || strings.Contains(g, "saguin.dev/storage") {
+		if strings.Contains(g, "saguin.dev/broker.") || strings.Contains(g, "saguin.dev/storage") ||
+			strings.Contains(g, "saguin.dev/broker/internal/ops.") {
 			out = append(out, g)
 		}
 	}

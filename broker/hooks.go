@@ -97,6 +97,8 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		}
 	}
 	switch pk.FixedHeader.Type {
+	case packets.Connect:
+		noteConnect(cl, pk) // refused_record.go: a refusal before OnConnect names the client
 	case packets.Subscribe:
 		// invariant 17: only the owner changes the session, and a takeover
 		// waits for a SUBSCRIBE in progress (ownership.go).

@@ -219,7 +219,7 @@ func (in *inbound) publish(pk packets.Packet) (packets.Packet, error, bool) {
 	if qos > 0 && !in.ackRoom() {
 		// MQTT 5 §3.3.4: more unanswered QoS 1/2 publishes than the
 		// Receive Maximum the CONNACK gave (invariant 13).
-		b.refused(slog.LevelWarn, cl, refusePublish, packets.ErrReceiveMaximum.Code,
+		b.refusedClosing(slog.LevelWarn, cl, refusePublish, packets.ErrReceiveMaximum.Code,
 			"DISCONNECT: more publishes unanswered than the Receive Maximum", "receive_maximum", receiveMaximum)
 		_ = b.mqtt.DisconnectClient(cl, packets.ErrReceiveMaximum)
 		cl.Stop(packets.ErrReceiveMaximum)

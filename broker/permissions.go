@@ -50,7 +50,7 @@ func (b *Broker) publishFeatureRefusal(cl *mqtt.Client, g *acl.Grants, pk packet
 // feature the ACL denies): MQTT 5 DISCONNECT with the code, a 3.1.1 close
 // (it has no server DISCONNECT). One bounded line.
 func (b *Broker) disconnectFor(cl *mqtt.Client, code packets.Code, topic string) {
-	b.refused(slog.LevelWarn, cl, refusePublish, code.Code, "DISCONNECT: the client asked for what the ACL denies it",
+	b.refusedClosing(slog.LevelWarn, cl, refusePublish, code.Code, "DISCONNECT: the client asked for what the ACL denies it",
 		"topic", topic, "reason", code.Reason)
 	if cl.Properties.ProtocolVersion == 5 {
 		_ = b.mqtt.DisconnectClient(cl, code)

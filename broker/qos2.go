@@ -286,7 +286,7 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 // rejection that keeps the substrate from completing the exchange
 // (invariant 18: no PUBCOMP for what was not released).
 func (b *Broker) refuseRelease(cl *mqtt.Client, pid uint16, channel string, code packets.Code) error {
-	b.refused(slog.LevelWarn, cl, refusePublish, code.Code, "PUBREL refused: the held publish stays until a PUBREL on a later connection",
+	b.refusedClosing(slog.LevelWarn, cl, refusePublish, code.Code, "PUBREL refused: the held publish stays until a PUBREL on a later connection",
 		"channel", channel, "packet_id", pid, "reason", code.Reason)
 	if cl.Properties.ProtocolVersion < 5 {
 		cl.Stop(code)

@@ -39,9 +39,20 @@ const (
 )
 
 // refused counts one refusal given to cl and logs it, rate-limited per
-// client and kind (operations.md §3.2: refusals at warn).
+// client and kind (operations.md §3.2: refusals at warn). A refused
+// CONNECT ends its connection; any other refusal that does is given by
+// refusedClosing.
 func (b *Broker) refused(level slog.Level, cl *mqtt.Client, kind string, code byte, msg string, args ...any) {
-	b.refusals.Refused(logging.Refusal{Level: level, Client: cl.ID, Kind: kind, Code: code, Msg: msg, Args: args})
+	b.refusals.Refused(logging.Refusal{Level: level, Client: cl.ID, Kind: kind, Code: code, Msg: msg, Args: args,
+		ClientID: cl.ID, User: userOf(cl), Ends: kind == refuseConnect})
+}
+
+// refusedClosing is refused for a refusal the broker answers by ending
+// the connection (a DISCONNECT, or a 3.1.1 close): the client is then one
+// the operations listener lists as refused (refused_record.go).
+func (b *Broker) refusedClosing(level slog.Level, cl *mqtt.Client, kind string, code byte, msg string, args ...any) {
+	b.refusals.Refused(logging.Refusal{Level: level, Client: cl.ID, Kind: kind, Code: code, Msg: msg, Args: args,
+		ClientID: cl.ID, User: userOf(cl), Ends: true})
 }
 
 // logPublishRefusal is the one line a refused PUBLISH writes (rate-limited
@@ -58,7 +69,13 @@ func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code pack
 	case strings.HasPrefix(code.Reason, inflightReason):
 		kind = refusePublishInflight
 	}
-	b.refused(level, cl, kind, code.Code, "publish refused", "topic", pk.TopicName,
+	refused := b.refused
+	if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion < 5 {
+		// RFC 0002 §3.3: a 3.1.1 client, which has no reason codes, is
+		// closed rather than answered (publish.go refuse, inbound.answer).
+		refused = b.refusedClosing
+	}
+	refused(level, cl, kind, code.Code, "publish refused", "topic", pk.TopicName,
 		"qos", pk.FixedHeader.Qos, "payload_bytes", len(pk.Payload), "reason", code.Reason)
 }
 

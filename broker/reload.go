@@ -13,8 +13,8 @@ import (
 const maxReloadLines = 20
 
 // ReloadAuthority is SIGUSR1's part (3) (operations.md §3.1): every MQTT
-// password file and the ACL read again from the paths the broker started
-// with, all or nothing. A file that does not load changes nothing — each
+// password file, every operator password file (RFC 0005 §1.4) and the ACL
+// read again from the paths the broker started with, all or nothing. A file that does not load changes nothing — each
 // problem is logged at error naming its file and line, and the broker
 // keeps serving on what it had; otherwise the new files are swapped in
 // whole, each logs what it now holds, and every delivery a withdrawn grant
@@ -79,6 +79,7 @@ func (b *Broker) logAuthority(a *authority, prefix string) {
 			b.log.Info(prefix+"password file read", "path", path, "users", t.Len())
 		}
 	}
+	b.logOperators(a, prefix) // ops_auth.go
 	if a.rules == nil {
 		if prefix == "" && len(a.passwords) > 0 {
 			b.log.Info("no acl_file: every authenticated client may do everything")

@@ -117,7 +117,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 				}
 				for _, p := range passed {
 					keep[p.ch.name] = false
-					b.positionPassed(msgResumePassed, cl.ID, p.ch, p.position, p.floor)
+					b.positionPassed(resumePassed, cl.ID, p.ch, p.position, p.floor)
 				}
 			}
 			b.endSessionKeeping(cl.ID, s, keep)

@@ -59,7 +59,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 				// RFC 0002 §3.2, §3.6: the CONNACK said Shared Subscription
 				// Available 0; a client that asks anyway is disconnected.
 				code := withReason(packets.ErrSharedSubscriptionsNotSupported, "this client may not use shared subscriptions")
-				b.refused(slog.LevelWarn, cl, refuseSubscribe, code.Code, "DISCONNECT: shared subscription from a client denied share", "filter", f.Filter)
+				b.refusedClosing(slog.LevelWarn, cl, refuseSubscribe, code.Code, "DISCONNECT: shared subscription from a client denied share", "filter", f.Filter)
 				_ = b.mqtt.DisconnectClient(cl, code)
 				return pk, code
 			}
@@ -409,7 +409,7 @@ func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (u
 				// told what was lost. (A position found passed at CONNECT was
 				// answered Session Present 0 and dropped there: this is one
 				// the floor passed since, with no CONNACK left to say so.)
-				b.positionPassed(msgSubscribePassed, s.id, ch, p.Offset, floor)
+				b.positionPassed(subscribePassed, s.id, ch, p.Offset, floor)
 			} else {
 				return p.Offset, nil
 			}

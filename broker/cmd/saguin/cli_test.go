@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"saguin.dev/broker/passwd"
 )
 
 // runCLI runs the command in-process, as the binary would with args.
@@ -130,15 +132,21 @@ func TestShippedExampleConfigurationPassesCheckConfig(t *testing.T) {
 // ["value"]: problem.
 var findingLine = regexp.MustCompile(`^  (/[^:]+):(\d+): (\S+)( "[^"]*")?: (.+)$`)
 
-// --check-config reports every finding in one pass and one format: what
-// this build does not serve (the operations listener) and a password file's
-// damaged line beside the schema's own findings, each with file:line, key and fix — not
-// only once the rest is clean, and not in a second format. A tls block
-// naming certificate files that do not exist gets its findings in the same
-// pass; the TLS and WebSocket doors themselves are served, so not refused.
+// --check-config reports every finding in one pass and one format: an
+// MQTT password file's damaged line and an operator password file's scope
+// naming a route the listener does not serve beside the schema's own
+// findings, each with file:line, key and fix — not only once the rest is
+// clean, and not in a second format. A tls block naming certificate files
+// that do not exist gets its findings in the same pass; the TLS and
+// WebSocket doors themselves are served, so not refused.
 func TestCheckConfigReportsEveryFindingInOnePassAndOneFormat(t *testing.T) {
 	dir := t.TempDir()
 	pw := writeFile(t, dir, "passwords", "dev:$7$101$abcdefghijklmnop$abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghijkl==\n")
+	h, err := passwd.NewHash([]byte("operator password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsPw := writeFile(t, dir, "operators", "ops:"+h.String()+":/metrics,/v1/operations/everything\n")
 	text := `broker:
   id: test
   log_level: verbose
@@ -153,6 +161,7 @@ func TestCheckConfigReportsEveryFindingInOnePassAndOneFormat(t *testing.T) {
       ws:
         address: "127.0.0.1:0"
   operations:
+    password_file: "` + opsPw + `"
     listen:
       tcp:
         address: "127.0.0.1:9090"
@@ -180,7 +189,7 @@ func TestCheckConfigReportsEveryFindingInOnePassAndOneFormat(t *testing.T) {
 		"broker.log_level":                     path + ":3",
 		"broker.mqtt.password_file":            pw + ":1",
 		"broker.mqtt.listen.tcp.tls.cert_file": path + ":10",
-		"broker.operations":                    path + ":14",
+		"broker.operations.password_file":      opsPw + ":1",
 	}
 	seen := map[string]bool{}
 	for _, l := range lines[1:] {
@@ -189,8 +198,11 @@ func TestCheckConfigReportsEveryFindingInOnePassAndOneFormat(t *testing.T) {
 			t.Errorf("a finding not in the file:line: key: problem format: %q", l)
 			continue
 		}
-		if m[1] != path && m[1] != pw {
-			t.Errorf("finding names file %q, want %q or %q: %q", m[1], path, pw, l)
+		if m[1] != path && m[1] != pw && m[1] != opsPw {
+			t.Errorf("finding names file %q, want %q, %q or %q: %q", m[1], path, pw, opsPw, l)
+		}
+		if m[3] == "broker.operations.password_file" && !strings.Contains(m[5], `"/v1/operations/everything" is not a route the broker serves`) {
+			t.Errorf("the operator file's finding does not name the route it does not serve: %q", l)
 		}
 		if want, ok := wants[m[3]]; ok {
 			seen[m[3]] = true

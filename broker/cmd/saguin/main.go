@@ -10,8 +10,8 @@
 //
 // SIGINT and SIGTERM shut down gracefully (positions stored, memory snapshots
 // written, the pid file removed); SIGUSR1 re-reads broker.log_level, the ws
-// doors' origins, the password files, the ACL and the TLS doors' certificate
-// files; SIGHUP
+// doors' origins, the password files (the operators' too), the ACL and the
+// TLS doors' certificate files (the operations doors' too); SIGHUP
 // is caught and ignored (there is no configuration reload). SIGKILL is the
 // crash the durability rules are written for. rfcs/process.md says why.
 package main
@@ -90,9 +90,10 @@ Signals:
   SIGINT, SIGTERM   shut down gracefully: positions stored, memory snapshots
                     written, the pid file removed
   SIGUSR1           re-read broker.log_level and the ws doors' origins from
-                    the configuration file, every password file and the ACL
-                    file (all or nothing), and every TLS door's certificate,
-                    key and client CA files
+                    the configuration file, every password file (MQTT and
+                    operator) and the ACL file (all or nothing), and every
+                    TLS door's certificate, key and client CA files (MQTT
+                    and operations doors)
   SIGHUP            ignored (logged): there is no configuration reload
 
 A flag is written with one dash or two. There are no subcommands.
@@ -269,8 +270,8 @@ func serve(path string, stdout, stderr io.Writer) int {
 			if cfg := rereadLogLevel(path, level, log); cfg != nil {
 				b.ReloadOrigins(cfg) // ws doors' same_origin, allowed_origins
 			}
-			_ = b.ReloadAuthority()    // every MQTT password file and the ACL, all or nothing; it logs what each holds
-			_ = b.ReloadCertificates() // every TLS door's files, all or nothing; it logs each door
+			_ = b.ReloadAuthority()    // every MQTT and operator password file and the ACL, all or nothing; it logs what each holds
+			_ = b.ReloadCertificates() // every TLS door's files, operations doors too, all or nothing; it logs each door
 			continue
 		}
 		log.Info("shutting down", "signal", sig.String())

@@ -53,6 +53,17 @@ type Refusal struct {
 	// Msg and Args are the line: a message and slog key-value pairs.
 	Msg  string
 	Args []any
+
+	// What the operations listener's record of refused clients keeps
+	// (RFC 0005 §1.5, through RefusalLog.Observe). ClientID is the client
+	// identifier the connection's CONNECT gave ("" before one was read:
+	// Client is then a remote host); User the user name the client gave or
+	// was known by ("" none, or not known); Ends says the refusal ended
+	// the connection (a CONNECT refused, a packet answered with a
+	// DISCONNECT or a close).
+	ClientID string
+	User     string
+	Ends     bool
 }
 
 // CodeCount is a number of refusals answered with one reason code.
@@ -90,6 +101,9 @@ type RefusalLog struct {
 	// its summary; evictedClients how many entries those were.
 	evicted        uint64
 	evictedClients int
+
+	// observe, when set, is told every refusal (Observe).
+	observe func(Refusal)
 }
 
 type countKey struct {
@@ -112,10 +126,18 @@ func NewRefusalLog(log *slog.Logger, now func() time.Time) *RefusalLog {
 		entries: make(map[string]*refusalEntry), counts: make(map[countKey]uint64)}
 }
 
+// Observe has f told every refusal, logged or not, on the refusing
+// goroutine and with no lock of the log's held: f must take no lock its
+// callers might hold. It is set once, before the log is used.
+func (r *RefusalLog) Observe(f func(Refusal)) { r.observe = f }
+
 // Refused counts f and logs it, unless the same client's refusals of the
 // same kind already wrote a line less than an interval ago, or the lines
 // of this interval are spent: then it is counted for the next line.
 func (r *RefusalLog) Refused(f Refusal) {
+	if r.observe != nil {
+		r.observe(f)
+	}
 	n := f.Count
 	if n == 0 {
 		n = 1

@@ -90,11 +90,12 @@ func (h *substrateHandler) Handle(ctx context.Context, r slog.Record) error {
 // refused logs the substrate's "error processing packet" as the refusal it
 // is: warn, the client named, the error and a summary of the packet.
 func (h *substrateHandler) refused(r slog.Record) {
-	f := Refusal{Level: slog.LevelWarn, Kind: KindPacket, Msg: "packet refused: connection closed"}
+	f := Refusal{Level: slog.LevelWarn, Kind: KindPacket, Msg: "packet refused: connection closed", Ends: true}
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
 		case "client":
 			f.Client = a.Value.String()
+			f.ClientID = f.Client
 		case "error":
 			f.Code, _ = attrCode(a)
 			f.Args = append(f.Args, a)
