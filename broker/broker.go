@@ -221,6 +221,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	}
 	b.auth.Store(auth)
 	b.logAuthority(auth, "")
+	b.logStorageDeclared() // startup.go
 	if err := b.openChannels(); err != nil {
 		return nil, err
 	}
@@ -233,6 +234,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 	if err := b.openSessions(); err != nil {
 		return nil, err
 	}
+	b.logPromises() // startup.go
 	b.mqtt = b.newServer()
 	if err := b.newMetrics(); err != nil {
 		return nil, err
@@ -390,6 +392,7 @@ func (b *Broker) Start() error {
 	}
 	b.startQoS2() // holds of sessions that came back; the rest dropped (qos2.go)
 	var doors []*door
+	var statements []string // each door as the listening line names it
 	for i, l := range b.cfg.Broker.Listeners {
 		ln, err := openListener(l) // listen.go
 		if err != nil {
@@ -408,6 +411,7 @@ func (b *Broker) Start() error {
 		}
 		doors = append(doors, d)
 		b.logListening(l, ln.Addr().String(), b.layers[l.ID]) // doors.go
+		statements = append(statements, doorStatement(l, ln.Addr().String(), b.layers[l.ID]))
 	}
 	// RFC 0005 §1.1: the operations doors bind with the MQTT doors, and
 	// serve at once (ops.go).
@@ -443,6 +447,7 @@ func (b *Broker) Start() error {
 	for _, q := range b.engines {
 		b.background(q.run)
 	}
+	b.logServing(statements) // startup.go
 	return nil
 }
 
