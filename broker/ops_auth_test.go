@@ -46,7 +46,7 @@ func TestOperationsLoopbackDoorTrustsCallersWithNoIdentityByAddress(t *testing.T
 	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, metricsType) {
 		t.Errorf("/metrics Content-Type %q, want %q", ct, metricsType)
 	}
-	if !bytes.Contains(r.body, []byte("# TYPE go_goroutines gauge")) {
+	if !bytes.Contains(r.body, []byte("# TYPE saguin_build_info gauge")) {
 		t.Errorf("/metrics is not the text exposition:\n%.300s", r.body)
 	}
 	for _, host := range []string{"127.0.0.1", "localhost", "LOCALHOST:9090", "[::1]:9090", "localhost."} {
@@ -158,7 +158,7 @@ func TestOperationsPasswordFileDecidesWhoReachesWhat(t *testing.T) {
 		t.Fatal(err)
 	}
 	text, err := io.ReadAll(zr)
-	if err != nil || !bytes.Contains(text, []byte("# TYPE go_goroutines gauge")) {
+	if err != nil || !bytes.Contains(text, []byte("# TYPE saguin_build_info gauge")) {
 		t.Fatalf("the gzipped exposition: %v\n%.300s", err, text)
 	}
 }
