@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -317,5 +318,74 @@ tests:
 	}
 	if out, err := exec.Command("promtool", "test", "rules", path).CombinedOutput(); err != nil {
 		t.Fatalf("promtool test rules: %v\n%s\n--- the test, from the scrape:\n%s", err, out, test)
+	}
+}
+
+// SaguinDown fires on the up series a scraper records of a real broker:
+// scrapes of its operations listener's /metrics succeed (1) while it runs,
+// and fail (0) once it has stopped.
+func TestExampleAlertBrokerDownFiresOnRecordedScrapes(t *testing.T) {
+	if _, err := exec.LookPath("promtool"); err != nil {
+		t.Skip("promtool is not installed (Debian package prometheus; .ci/run installs it)")
+	}
+	b := brokertest.Start(t, opsConfig(t, t.TempDir(), "", loopbackOps))
+	url := "http://" + b.OperationsAddr("tcp").String() + "/metrics"
+	client := &http.Client{Timeout: 5 * time.Second}
+	scrape := func() string {
+		resp, err := client.Get(url)
+		if err != nil {
+			return "0"
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return "0"
+		}
+		return "1"
+	}
+	// One scrape a minute in the test's time: five while it runs, then
+	// ten after it stopped.
+	var ups []string
+	for range 5 {
+		ups = append(ups, scrape())
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		ups = append(ups, scrape())
+	}
+	if strings.Join(ups[:5], "") != "11111" || strings.Join(ups[5:], "") != strings.Repeat("0", 10) {
+		t.Fatalf("recorded up %v: want five successes, then ten failures", ups)
+	}
+	abs, err := filepath.Abs(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rule's annotations are compared too: SaguinDown's render only
+	// the instance, so they are written out here.
+	test := fmt.Sprintf(`rule_files: [%q]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'up{instance="gw-7:9090",job="saguin"}'
+        values: '%s'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: SaguinDown
+        exp_alerts: []
+      - eval_time: 9m
+        alertname: SaguinDown
+        exp_alerts:
+          - exp_labels: {severity: page, instance: "gw-7:9090", job: saguin}
+            exp_annotations:
+              summary: "Sagüin gw-7:9090 is not answering its scrape"
+`, abs, strings.Join(ups, " "))
+	path := filepath.Join(t.TempDir(), "down_test.yml")
+	if err := os.WriteFile(path, []byte(test), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("promtool", "test", "rules", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n--- the test, from the recorded scrapes:\n%s", err, out, test)
 	}
 }
