@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -75,6 +76,22 @@ func (c *consumer) positionLocked() uint64 {
 
 func (c *consumer) poke() { signal(c.wake) }
 
+// logHandOver tells, at debug level, where a consumer stands as its session
+// changes connection: its position, the next offset its pump would read
+// and how many deliveries are unacknowledged. Bounded to one line per
+// channel; it is how a chaos replay (-broker-log-level debug) shows what a
+// takeover resumed from.
+func (c *consumer) logHandOver(why string) {
+	if !c.b.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	c.mu.Lock()
+	pos, next, unacked := c.positionLocked(), c.next, len(c.inflight)
+	c.mu.Unlock()
+	c.b.log.Debug("consumer handed over", "client", c.sess.id, "channel", c.ch.name, "why", why,
+		"position", pos, "next", next, "unacknowledged", unacked)
+}
+
 // start runs the pump for the connection cl. The caller has stopped any
 // earlier pump first (stop), so two pumps never write one consumer's records
 // out of order.
@@ -97,11 +114,18 @@ func (c *consumer) stop() { c.pump.stopUnder(&c.mu) }
 // acked applies a PUBACK for packet id pid.
 func (c *consumer) acked(pid uint16) {
 	c.mu.Lock()
-	if _, ok := c.inflight[pid]; ok {
+	_, held := c.inflight[pid]
+	if held {
 		delete(c.inflight, pid)
 		c.dirty = c.positionLocked() != c.stored
 	}
 	c.mu.Unlock()
+	if !held {
+		// Its delivery left the consumer (a seek, the floor passing it):
+		// the acknowledgement moves nothing.
+		c.b.log.Debug("acknowledgement of a delivery the consumer no longer holds", "client", c.sess.id,
+			"channel", c.ch.name, "packet_id", pid)
+	}
 	c.poke()
 }
 

@@ -145,6 +145,20 @@ func (s *session) stopPumps() {
 	s.deliv.takeBack()
 }
 
+// logHandOver tells, at debug level, where each of the session's consumers
+// stands as a CONNECT claims the session (consumer.logHandOver).
+func (s *session) logHandOver(why string) {
+	s.mu.Lock()
+	cons := make([]*consumer, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		cons = append(cons, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cons {
+		c.logHandOver(why)
+	}
+}
+
 // roomFreed wakes everything that may be waiting for room in the client's
 // window: the session's consumers and the queues it works.
 func (s *session) roomFreed(b *Broker) {

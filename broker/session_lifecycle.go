@@ -76,6 +76,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 		if old != nil {
 			b.returnJobs(s, old)
 		}
+		s.logHandOver("connect")
 		b.flushSession(s, true)
 		// A Clean Start ends the session, and so does any CONNECT for a
 		// session that ends with its connection (delivery-front §3), or

@@ -94,7 +94,8 @@ func (c *campaign) init(ctx context.Context) error {
 	if c.logFile, err = os.Create(filepath.Join(opt.OutDir, "broker.log")); err != nil {
 		return err
 	}
-	c.conf = brokerConfig{provider: opt.Provider, dataDir: c.dataDir, visibilityTimeout: opt.VisibilityTimeout, maxAttempts: opt.MaxAttempts}
+	c.conf = brokerConfig{provider: opt.Provider, dataDir: c.dataDir, visibilityTimeout: opt.VisibilityTimeout, maxAttempts: opt.MaxAttempts,
+		logLevel: opt.BrokerLogLevel}
 	if opt.hasNemesis(NemesisPowerCut) {
 		// What the provider needs is made on the disk itself, before the
 		// mount: whatever is there at mount time is durable, while a

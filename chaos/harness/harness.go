@@ -123,6 +123,10 @@ type Options struct {
 	// (default 3).
 	VisibilityTimeout time.Duration
 	MaxAttempts       int
+	// BrokerLogLevel is the broker's log_level (default info). debug makes
+	// a replay show what the broker did at each takeover and each
+	// acknowledgement it ignored, in broker.log beside the history.
+	BrokerLogLevel string
 	// Producers (append, default 2), Readers (durable consumers of the
 	// events channel, default 2), Workers (default 3, one of which resumes
 	// its session).
@@ -187,6 +191,9 @@ func (o *Options) setDefaults() error {
 	def(&o.LossWindow, time.Second)
 	def(&o.OpTimeout, 5*time.Second)
 	def(&o.CheckTimeout, 5*time.Minute)
+	if o.BrokerLogLevel == "" {
+		o.BrokerLogLevel = "info"
+	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 3
 	}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -235,17 +236,30 @@ func doctorRealHistory(t *testing.T, rep *Report) {
 
 // The memory provider: a SIGKILL loses everything since the last graceful
 // stop (invariant 14), which the harness tells the models as a power cut
-// reaching back to that stop; SIGTERM loses nothing.
+// reaching back to that stop; SIGTERM loses nothing. The broker runs at
+// log_level debug here (BrokerLogLevel), as a replay diagnosing a finding
+// would: its log must tell, at each takeover, where the session's consumer
+// stood.
 func TestChaosMemoryProvider(t *testing.T) {
 	cycles := 10
 	if testing.Short() {
 		cycles = 5
 	}
-	rep := runCampaign(t, Options{Seed: seed(t, 2), Cycles: cycles, Provider: ProviderMemory,
+	rep := runCampaign(t, Options{Seed: seed(t, 2), Cycles: cycles, Provider: ProviderMemory, BrokerLogLevel: "debug",
 		Nemeses: []NemesisWeight{{NemesisKill, 2}, {NemesisTerm, 2}, {NemesisStop, 1}}})
 	mustBeClean(t, rep)
 	if rep.Applied[NemesisKill] == 0 || rep.Applied[NemesisTerm] == 0 {
 		t.Fatalf("applied %v", rep.Applied)
+	}
+	log, err := os.ReadFile(filepath.Join(rep.OutDir, "broker.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Stats.Takeovers == 0 {
+		t.Fatal("no takeover in the campaign: the debug line is not exercised")
+	}
+	if !bytes.Contains(log, []byte(`level=DEBUG msg="consumer handed over" broker=chaos client=tk-`)) {
+		t.Fatalf("%d takeovers, and broker.log (log_level debug) has no \"consumer handed over\" line for a takeover client", rep.Stats.Takeovers)
 	}
 }
 

@@ -61,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("publish-interval", 0, "mean pause between one producer's publishes (default 20ms)")
 	checkTimeout := fs.Duration("check-timeout", 5*time.Minute, "bound on the linearizability search per model")
 	waive := fs.String("waive", "", "comma-separated checks whose findings are a known broker gap (reported as waived, not failed)")
+	logLevel := fs.String("broker-log-level", "info", "the broker's log_level: debug, info, warn or error (debug to diagnose a replay)")
 	quiet := fs.Bool("q", false, "no progress lines")
 	catalog := fs.Bool("catalog", false, "print the checks a campaign runs, with the invariants each guards, as JSON, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -90,6 +91,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ns, err := harness.ParseNemeses(*nemeses)
 	if err != nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
+		return 2
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, *logLevel) {
+		fmt.Fprintf(stderr, "chaos: -broker-log-level %q: want debug, info, warn or error\n", *logLevel)
 		return 2
 	}
 	if *control != "" && !slices.Contains(harness.Controls(), *control) {
@@ -160,7 +165,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rep, err := harness.Run(ctx, harness.Options{
 			Seed: pl.seed, Duration: pl.dur, Cycles: *cycles, Provider: pl.provider, Nemeses: ns,
 			OutDir: dir, Binary: bin, Control: *control, Workers: *workers, PublishInterval: *interval,
-			CheckTimeout: *checkTimeout, Log: log, Waive: splitList(*waive),
+			CheckTimeout: *checkTimeout, Log: log, Waive: splitList(*waive), BrokerLogLevel: *logLevel,
 		})
 		if err != nil {
 			fmt.Fprintf(stderr, "chaos: campaign %d (seed %d, %s): %v\n", i+1, pl.seed, pl.provider, err)
