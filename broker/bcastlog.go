@@ -528,6 +528,25 @@ func (b *Broker) lowWater() uint64 {
 	return min(low, b.fan.shares.low(low))
 }
 
+// trimBound is the age bound that removes exactly the messages below
+// offset below (AppendLog.Trim by age; the timestamps strictly increase):
+// the timestamp of the message at below, or, when below is the log's next
+// offset, just past the last one written — only while nothing is being
+// written, since a write in progress may take an older timestamp's place
+// below it. It reports false when no such bound is known now.
+func (l *bcastLog) trimBound(below uint64) (time.Time, bool) {
+	if below >= l.log.Next() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.lastTS.Add(time.Nanosecond), len(l.pending) == 0
+	}
+	recs, _, err := l.log.Read(below, 1)
+	if err != nil || len(recs) == 0 || recs[0].Offset != below {
+		return time.Time{}, false
+	}
+	return recs[0].Timestamp, true
+}
+
 // trimBroadcast removes the messages every session and group is past
 // (delivery-front §6: "Message leaves log once all sessions/groups wanting
 // it had it"). Trim by age on the strictly increasing timestamps removes
@@ -542,21 +561,9 @@ func (b *Broker) trimBroadcast() {
 	if low <= l.log.Floor() {
 		return
 	}
-	var olderThan time.Time
-	if low >= l.log.Next() {
-		l.mu.Lock()
-		idle := len(l.pending) == 0
-		olderThan = l.lastTS.Add(time.Nanosecond)
-		l.mu.Unlock()
-		if !idle {
-			return
-		}
-	} else {
-		recs, _, err := l.log.Read(low, 1)
-		if err != nil || len(recs) == 0 || recs[0].Offset != low {
-			return
-		}
-		olderThan = recs[0].Timestamp
+	olderThan, ok := l.trimBound(low)
+	if !ok {
+		return
 	}
 	if _, _, err := l.log.Trim(olderThan, 0); err != nil {
 		b.log.Warn("trimming the broadcast log; retried at the next tick", "error", err)

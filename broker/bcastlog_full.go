@@ -2,7 +2,6 @@ package broker
 
 import (
 	"errors"
-	"time"
 
 	"saguin.dev/storage"
 )
@@ -62,21 +61,9 @@ func (b *Broker) relieveLog(need int64) bool {
 	if target == floor {
 		return false
 	}
-	var olderThan time.Time
-	if target >= l.log.Next() {
-		l.mu.Lock()
-		idle := len(l.pending) == 0
-		olderThan = l.lastTS.Add(time.Nanosecond)
-		l.mu.Unlock()
-		if !idle {
-			return false
-		}
-	} else {
-		recs, _, err := l.log.Read(target, 1)
-		if err != nil || len(recs) == 0 {
-			return false
-		}
-		olderThan = recs[0].Timestamp
+	olderThan, ok := l.trimBound(target)
+	if !ok {
+		return false
 	}
 	removed, _, err := l.log.Trim(olderThan, 0)
 	if err != nil || removed == 0 {
