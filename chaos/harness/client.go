@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	paholog "github.com/eclipse/paho.golang/paho/log"
 
 	"saguin.dev/linearizability"
 )
@@ -143,7 +144,6 @@ type dialOpts struct {
 	clientID      string
 	cleanStart    bool
 	sessionExpiry uint32
-	manualAck     bool
 	receiveMax    uint16
 	// will, when set, is the connection's Will (wills.go, takeover.go).
 	will *paho.WillMessage
@@ -152,7 +152,21 @@ type dialOpts struct {
 	// onPublish runs on paho's delivery goroutine for every PUBLISH; it
 	// must not block (the PUBACK of an automatic acknowledgement waits for
 	// it, and a queue's visibility clock starts at that PUBACK, invariant 7).
+	//
+	// Every harness client acknowledges automatically: paho writes the
+	// PUBACK as onPublish returns, so a record is in the history before the
+	// broker can be told it was read. paho.golang v0.23.0's manual
+	// acknowledgements are not used: its Connect starts the goroutines that
+	// read and route PUBLISHes before it resets its acknowledgement tracker,
+	// so records a resumed session is sent together with its CONNACK can be
+	// acknowledged (Ack returns nil) and then wiped from the tracker, and
+	// their PUBACKs never leave. The broker then rightly keeps them
+	// unacknowledged, and the takeover and resume checks judged it on
+	// acknowledgements that were never sent (acks_test.go).
 	onPublish func(c *mconn, p *paho.Publish)
+	// pahoDebug, when set, is paho's debug logger (tests: a logger that
+	// stalls at one of paho's steps opens the window above).
+	pahoDebug paholog.Logger
 }
 
 // dial connects through the proxy. Everything is time-bounded by opTimeout.
@@ -177,18 +191,19 @@ func (e *env) dial(ctx context.Context, o dialOpts) (*mconn, error) {
 	}
 	c.tsc = packets.NewThreadSafeConn(raw)
 	c.pc = paho.NewClient(paho.ClientConfig{
-		ClientID:                   o.clientID,
-		Conn:                       c.tsc,
-		PacketTimeout:              e.opTimeout,
-		EnableManualAcknowledgment: o.manualAck,
-		SendAcksInterval:           5 * time.Millisecond,
-		OnPublishReceived:          handlers,
+		ClientID:          o.clientID,
+		Conn:              c.tsc,
+		PacketTimeout:     e.opTimeout,
+		OnPublishReceived: handlers,
 		OnServerDisconnect: func(d *paho.Disconnect) {
 			c.discReason.CompareAndSwap(-1, int32(d.ReasonCode))
 			c.markDead()
 		},
 		OnClientError: func(error) { c.markDead() },
 	})
+	if o.pahoDebug != nil {
+		c.pc.SetDebugLogger(o.pahoDebug)
+	}
 	cp := &paho.Connect{ClientID: o.clientID, CleanStart: o.cleanStart, KeepAlive: 20,
 		Properties: &paho.ConnectProperties{}}
 	if o.sessionExpiry > 0 {

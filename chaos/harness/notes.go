@@ -41,8 +41,10 @@ const (
 	// was accepted with SessionPresent.
 	NoteConnack = "connack"
 	// NoteAcked: on connection Conn the reader acknowledged every record of
-	// Channel up to offset Value (written when the connection ends). It is
-	// what the client sent; the broker may have received less, never more.
+	// Channel up to offset Value (written when the connection ends): each
+	// record's PUBACK was handed to paho, which writes it as the handler
+	// returns. It is what the client sent, or was writing when the
+	// connection ended; the broker may have received less, never more.
 	NoteAcked = "acked"
 	// NoteFloor: a seek to 0 on Channel was answered with floor Value.
 	NoteFloor = "floor"

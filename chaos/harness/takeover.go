@@ -11,7 +11,8 @@ import (
 
 // The session-takeover workload (invariants 17 and 18). A takeover client
 // is a durable consumer of the events channel (Clean Start 0 after its
-// first connection, Session Expiry 3600, manual acks) whose client id is
+// first connection, Session Expiry 3600, each record acknowledged as it
+// is recorded) whose client id is
 // claimed, mid-stream, by a second connection of its own: the new
 // connection owns the session from its CONNACK and must be served from
 // where the old one left it — no gap, and nothing the broker certainly had
@@ -51,7 +52,7 @@ func newTakeoverClient(e *env, name string, seed uint64) *takeoverClient {
 }
 
 func (t *takeoverClient) opts(clean bool) dialOpts {
-	return dialOpts{clientID: t.name, cleanStart: clean, sessionExpiry: 3600, manualAck: true,
+	return dialOpts{clientID: t.name, cleanStart: clean, sessionExpiry: 3600,
 		receiveMax: takeoverReceiveMax, onPublish: t.onPublish}
 }
 

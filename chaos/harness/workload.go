@@ -166,7 +166,7 @@ type reader struct {
 func (r *reader) opts() dialOpts {
 	clean := !r.started
 	r.started = true
-	return dialOpts{clientID: r.name, cleanStart: clean, sessionExpiry: 3600, manualAck: true, receiveMax: 64,
+	return dialOpts{clientID: r.name, cleanStart: clean, sessionExpiry: 3600, receiveMax: 64,
 		onPublish: r.onPublish}
 }
 
@@ -214,7 +214,8 @@ func (r *reader) onPublish(c *mconn, p *paho.Publish) {
 	if r.onRead != nil {
 		r.onRead(off, id)
 	}
-	if err := c.pc.Ack(p); err == nil && off > c.acked.Load() {
+	// paho acknowledges it as this returns (client.go, dialOpts.onPublish).
+	if off > c.acked.Load() {
 		c.acked.Store(off) // only paho's delivery goroutine writes it
 	}
 }
