@@ -24,6 +24,8 @@ import (
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	paholog "github.com/eclipse/paho.golang/paho/log"
+	"github.com/eclipse/paho.golang/paho/session/state"
 )
 
 func main() {
@@ -55,6 +57,9 @@ type Options struct {
 	Filter string
 	Max    int
 	Idle   time.Duration
+
+	// pahoDebug, when set, is paho's debug logger (tests).
+	pahoDebug paholog.Logger
 }
 
 // Redrive republishes dead letters until Max jobs or Idle passes with none.
@@ -64,8 +69,13 @@ func Redrive(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The session state is ours so that ack can write a PUBACK paho's
+	// tracker lost (ack).
+	sess := state.NewInMemory()
+	defer sess.Close()
 	c := paho.NewClient(paho.ClientConfig{
 		Conn:     packets.NewThreadSafeConn(conn),
+		Session:  sess,
 		ClientID: "redrive-" + o.Queue,
 		// Acknowledge a dead letter only once its job is back in the queue:
 		// the durable position then never passes a job not yet redriven.
@@ -75,6 +85,9 @@ func Redrive(ctx context.Context, o Options) (int, error) {
 			return true, nil
 		}},
 	})
+	if o.pahoDebug != nil {
+		c.SetDebugLogger(o.pahoDebug)
+	}
 	expiry := uint32(7 * 24 * 3600)
 	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "redrive-" + o.Queue, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
@@ -100,7 +113,9 @@ func Redrive(ctx context.Context, o Options) (int, error) {
 			return n, ctx.Err()
 		}
 		if dl.Properties.User.Get("saguin-dlq-channel") != o.Queue {
-			_ = c.Ack(dl)
+			if err := ack(c, sess, dl); err != nil {
+				return n, err
+			}
 			continue
 		}
 		topic, err := OriginalTopic(o.Filter, dl.Topic)
@@ -110,12 +125,29 @@ func Redrive(ctx context.Context, o Options) (int, error) {
 		if _, err := c.Publish(ctx, redriven(dl, topic)); err != nil {
 			return n, fmt.Errorf("republish %s: %w", topic, err)
 		}
-		if err := c.Ack(dl); err != nil {
+		if err := ack(c, sess, dl); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// ack acknowledges a dead letter, in the order received (this loop takes
+// them one at a time). paho.golang v0.23.0 starts handling PUBLISHes before
+// its Connect resets the manual-acknowledgement tracker, so a dead letter a
+// resumed session is sent with its CONNACK can be missing from the tracker:
+// Ack answers ErrPacketNotFound and would never send its PUBACK, and the
+// next run would put the job back a second time. Such a dead letter is
+// acknowledged through the session state directly. It came before every
+// dead letter the tracker holds and each is acknowledged only after the
+// ones before it, so the PUBACKs still leave in order (MQTT-4.6.0-2).
+func ack(c *paho.Client, sess *state.State, dl *paho.Publish) error {
+	err := c.Ack(dl)
+	if errors.Is(err, paho.ErrPacketNotFound) {
+		err = sess.Ack(dl.Packet())
+	}
+	return err
 }
 
 // redriven is the job as its publisher sent it: payload, Content Type,
