@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,16 +10,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	"gopkg.in/yaml.v3"
 
-	"saguin.dev/broker"
 	"saguin.dev/broker/brokertest"
-	"saguin.dev/storage/sqlite"
 )
 
 // The example Grafana dashboard and Prometheus rules (examples/grafana,
@@ -131,15 +127,7 @@ func referencedMetrics(t *testing.T) []string {
 // then comes back, and the position goes) and the last one.
 func alertsRun(t *testing.T) (passed, last families) {
 	t.Helper()
-	var failCommits atomic.Bool
-	faults := func(o *broker.Options) {
-		o.SQLiteFaults = &sqlite.Faults{BeforePublishCommit: func(int) error {
-			if failCommits.Load() {
-				return errors.New("injected commit failure")
-			}
-			return nil
-		}}
-	}
+	failCommits, faults := commitFaults()
 	m := newMetricsRig(t, alertsConfig, faults)
 	addr := m.b.Address()
 

@@ -2,12 +2,14 @@ package broker_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,8 +17,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"saguin.dev/broker"
 	"saguin.dev/broker/brokertest"
 	"saguin.dev/broker/internal/clock"
+	"saguin.dev/storage/sqlite"
 )
 
 // specCatalogue is the metric catalogue as RFC 0005 §2 writes it — name,
@@ -184,6 +188,20 @@ type metricsRig struct {
 
 // scrapeInterval is broker.operations.min_scrape_interval's default.
 const scrapeInterval = 60 * time.Second
+
+// commitFaults makes the sqlite provider fail every publish commit while
+// the returned flag is set: how a test causes a storage error.
+func commitFaults() (*atomic.Bool, brokertest.Option) {
+	failCommits := new(atomic.Bool)
+	return failCommits, func(o *broker.Options) {
+		o.SQLiteFaults = &sqlite.Faults{BeforePublishCommit: func(int) error {
+			if failCommits.Load() {
+				return errors.New("injected commit failure")
+			}
+			return nil
+		}}
+	}
+}
 
 func newMetricsRig(t *testing.T, cfg string, opts ...brokertest.Option) *metricsRig {
 	t.Helper()

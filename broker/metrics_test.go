@@ -1,20 +1,16 @@
 package broker_test
 
 import (
-	"errors"
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"saguin.dev/broker"
 	"saguin.dev/broker/brokertest"
-	"saguin.dev/storage/sqlite"
 )
 
 const metricsConfig = `
@@ -82,15 +78,7 @@ func mustPublish(t *testing.T, c *brokertest.Client, topic, payload string) {
 // catalogue the specification writes — names, types, label names. A
 // graceful restart then moves what only a start moves.
 func TestMetricsCatalogue(t *testing.T) {
-	var failCommits atomic.Bool
-	faults := func(o *broker.Options) {
-		o.SQLiteFaults = &sqlite.Faults{BeforePublishCommit: func(int) error {
-			if failCommits.Load() {
-				return errors.New("injected commit failure")
-			}
-			return nil
-		}}
-	}
+	failCommits, faults := commitFaults()
 	m := newMetricsRig(t, metricsConfig, faults)
 	addr := func() string { return m.b.Address() }
 	base := m.fresh()

@@ -113,10 +113,7 @@ func (s *session) owner() *mqtt.Client {
 // gone (invariant 15's rule for channels, RFC 0003 §8).
 func (s *session) stopPumps() {
 	s.mu.Lock()
-	cons := make([]*consumer, 0, len(s.consumers))
-	for _, c := range s.consumers {
-		cons = append(cons, c)
-	}
+	cons := s.channelConsumers()
 	latest := s.latestConsumers()
 	rests := s.retainedRests()
 	s.mu.Unlock()
@@ -149,10 +146,7 @@ func (s *session) stopPumps() {
 // stands as a CONNECT claims the session (consumer.logHandOver).
 func (s *session) logHandOver(why string) {
 	s.mu.Lock()
-	cons := make([]*consumer, 0, len(s.consumers))
-	for _, c := range s.consumers {
-		cons = append(cons, c)
-	}
+	cons := s.channelConsumers()
 	s.mu.Unlock()
 	for _, c := range cons {
 		c.logHandOver(why)
@@ -163,10 +157,7 @@ func (s *session) logHandOver(why string) {
 // window: the session's consumers and the queues it works.
 func (s *session) roomFreed(b *Broker) {
 	s.mu.Lock()
-	cons := make([]*consumer, 0, len(s.consumers))
-	for _, c := range s.consumers {
-		cons = append(cons, c)
-	}
+	cons := s.channelConsumers()
 	queues := s.queueEngines(b)
 	latest := s.latestConsumers()
 	rests := s.retainedRests()
@@ -186,6 +177,16 @@ func (s *session) roomFreed(b *Broker) {
 	if o := s.bcast.Load(); o != nil {
 		o.poke()
 	}
+}
+
+// channelConsumers lists the session's append-channel consumers. Caller
+// holds s.mu.
+func (s *session) channelConsumers() []*consumer {
+	out := make([]*consumer, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		out = append(out, c)
+	}
+	return out
 }
 
 // latestConsumers lists the session's latest consumers. Caller holds s.mu.

@@ -224,10 +224,7 @@ func (b *Broker) sessionEstablished(cl *mqtt.Client) {
 		s.mu.Unlock()
 		return
 	}
-	cons := make([]*consumer, 0, len(s.consumers))
-	for _, c := range s.consumers {
-		cons = append(cons, c)
-	}
+	cons := s.channelConsumers()
 	queues := s.queueEngines(b)
 	latest := s.latestConsumers()
 	s.mu.Unlock()
@@ -463,10 +460,7 @@ func (b *Broker) savePosition(s *session, c *consumer, force bool) {
 
 func (b *Broker) flushSession(s *session, force bool) {
 	s.mu.Lock()
-	cons := make([]*consumer, 0, len(s.consumers))
-	for _, c := range s.consumers {
-		cons = append(cons, c)
-	}
+	cons := s.channelConsumers()
 	s.mu.Unlock()
 	for _, c := range cons {
 		b.savePosition(s, c, force)

@@ -70,7 +70,7 @@ type brokerConfig struct {
 	dataDir           string // where the provider keeps its files (the FUSE mount for power cuts)
 	visibilityTimeout time.Duration
 	maxAttempts       int
-	logLevel          string // the broker's log_level
+	logLevel          string // the broker's log_level (Options.BrokerLogLevel)
 }
 
 // seekReplyTopic is where the harness asks seek replies to go: a plain topic
@@ -89,15 +89,11 @@ func (c brokerConfig) render() (string, error) {
 	default:
 		return "", fmt.Errorf("unknown provider %q (want %s or %s)", c.provider, ProviderSQLite, ProviderMemory)
 	}
-	level := c.logLevel
-	if level == "" {
-		level = "info"
-	}
 	var b strings.Builder
 	b.WriteString(`# Written by the chaos harness (saguin.dev/chaos/harness).
 broker:
   id: chaos
-  log_level: ` + level + `
+  log_level: ` + c.logLevel + `
   mqtt:
     listen:
       tcp:

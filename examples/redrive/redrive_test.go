@@ -59,25 +59,34 @@ func next(t *testing.T, c *brokertest.Client) *paho.Publish {
 	return c.Next(20 * time.Second)
 }
 
+// deadLetter publishes job and has a worker return it on its only attempt,
+// which dead-letters it. It returns the worker, still subscribed, which
+// receives the job again once it is redriven.
+func deadLetter(t *testing.T, b *brokertest.Broker, job *paho.Publish) *brokertest.Client {
+	t.Helper()
+	pub := brokertest.Connect(t, b.Address(), "producer", brokertest.ClientOptions{CleanStart: true})
+	if r, err := pub.Publish(job); err != nil || r.ReasonCode != 0 {
+		t.Fatal(err, r)
+	}
+	w := brokertest.Connect(t, b.Address(), "worker", brokertest.ClientOptions{CleanStart: true})
+	w.Subscribe("$saguin/queue/jobs", 1)
+	got := next(t, w)
+	if r, err := w.Publish(&paho.Publish{Topic: got.Properties.ResponseTopic, QoS: 1, Payload: []byte("return"),
+		Properties: &paho.PublishProperties{CorrelationData: got.Properties.CorrelationData}}); err != nil || r.ReasonCode != 0 {
+		t.Fatal(err, r)
+	}
+	return w
+}
+
 // The documented redrive: a job dead-lettered on a filter without '#' goes
 // back into its queue as the same message (same saguin-id) with a fresh
 // attempt count, and a second run finds nothing left to do.
 func TestRedriveReturnsDeadLettersToTheirQueue(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), config))
-	pub := brokertest.Connect(t, b.Address(), "producer", brokertest.ClientOptions{CleanStart: true})
 	id := "0194a2b0-7c1e-7a3b-8f00-00000000abcd"
-	if r, err := pub.Publish(&paho.Publish{Topic: "iot/site/work/j1", QoS: 1, Payload: []byte("resize"),
+	w := deadLetter(t, b, &paho.Publish{Topic: "iot/site/work/j1", QoS: 1, Payload: []byte("resize"),
 		Properties: &paho.PublishProperties{ContentType: "text/plain",
-			User: paho.UserProperties{{Key: "saguin-id", Value: id}, {Key: "tenant", Value: "a"}}}}); err != nil || r.ReasonCode != 0 {
-		t.Fatal(err, r)
-	}
-	w := brokertest.Connect(t, b.Address(), "worker", brokertest.ClientOptions{CleanStart: true})
-	w.Subscribe("$saguin/queue/jobs", 1)
-	job := next(t, w)
-	if r, err := w.Publish(&paho.Publish{Topic: job.Properties.ResponseTopic, QoS: 1, Payload: []byte("return"),
-		Properties: &paho.PublishProperties{CorrelationData: job.Properties.CorrelationData}}); err != nil || r.ReasonCode != 0 {
-		t.Fatal(err, r)
-	}
+			User: paho.UserProperties{{Key: "saguin-id", Value: id}, {Key: "tenant", Value: "a"}}}})
 
 	n, err := Redrive(context.Background(), Options{Broker: b.Address(), Queue: "jobs", Filter: "iot/+/work/+", Idle: 2 * time.Second})
 	if err != nil || n != 1 {
@@ -119,18 +128,8 @@ func TestRedriveAcknowledgesDeadLettersSentWithTheConnack(t *testing.T) {
 	if n, err := Redrive(context.Background(), opts); err != nil || n != 0 {
 		t.Fatalf("first redrive: %d, %v; want nothing", n, err)
 	}
-	pub := brokertest.Connect(t, b.Address(), "producer", brokertest.ClientOptions{CleanStart: true})
-	if r, err := pub.Publish(&paho.Publish{Topic: "iot/site/work/j2", QoS: 1, Payload: []byte("crop"),
-		Properties: &paho.PublishProperties{User: paho.UserProperties{{Key: "saguin-id", Value: "0194a2b0-7c1e-7a3b-8f00-00000000abce"}}}}); err != nil || r.ReasonCode != 0 {
-		t.Fatal(err, r)
-	}
-	w := brokertest.Connect(t, b.Address(), "worker", brokertest.ClientOptions{CleanStart: true})
-	w.Subscribe("$saguin/queue/jobs", 1)
-	job := next(t, w)
-	if r, err := w.Publish(&paho.Publish{Topic: job.Properties.ResponseTopic, QoS: 1, Payload: []byte("return"),
-		Properties: &paho.PublishProperties{CorrelationData: job.Properties.CorrelationData}}); err != nil || r.ReasonCode != 0 {
-		t.Fatal(err, r)
-	}
+	w := deadLetter(t, b, &paho.Publish{Topic: "iot/site/work/j2", QoS: 1, Payload: []byte("crop"),
+		Properties: &paho.PublishProperties{User: paho.UserProperties{{Key: "saguin-id", Value: "0194a2b0-7c1e-7a3b-8f00-00000000abce"}}}})
 
 	opts.pahoDebug = stallBeforeAckReset{}
 	if n, err := Redrive(context.Background(), opts); err != nil || n != 1 {
