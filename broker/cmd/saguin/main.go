@@ -264,7 +264,7 @@ func serve(path string, stdout, stderr io.Writer) int {
 	for sig := range sigs {
 		switch sig {
 		case syscall.SIGHUP:
-			log.Warn("SIGHUP ignored: there is no configuration reload; SIGUSR1 re-reads broker.log_level, and a restart applies any other change")
+			log.Warn("SIGHUP ignored: there is no configuration reload; SIGUSR1 re-reads broker.log_level, the ws origins, the password files, the ACL and the TLS certificates, and a restart applies any other change")
 			continue
 		case syscall.SIGUSR1:
 			if cfg := rereadLogLevel(path, level, log); cfg != nil {
