@@ -58,8 +58,10 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	return h.b.checkConnect(cl, pk)
 }
 
-// Authentication and the ACL file land in a later step; until then every
-// client is admitted, as RFC 0002 §1.3 says for a broker with no password file.
+// The substrate's own gates admit everything: authentication is done in
+// OnConnect (checkConnect, auth.go) and the ACL is asked by Sagüin's own
+// paths (permissions.go), at CONNECT, at each packet and at every delivery
+// (docs/configuration.md "The ACL file", rfcs/acl.md).
 // The topic of a PUBLISH may reach OnACLCheck marked (substrate_topics.go):
 // a check written here judges unmarked(topic).
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool { return true }
