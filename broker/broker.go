@@ -114,7 +114,7 @@ type Broker struct {
 
 	claims idClaims // per client id: CONNECT takeover vs teardown (invariant 17)
 	// spaces tracks the partition counts subscribers declare per filter, to
-	// warn when two disagree (RFC 0003 "Client-declared partitioning").
+	// warn when two disagree (rfcs/partition.md).
 	spaces partition.Spaces
 
 	mu       sync.Mutex
@@ -413,7 +413,7 @@ func (b *Broker) Start() error {
 		b.logListening(l, ln.Addr().String(), b.layers[l.ID]) // doors.go
 		statements = append(statements, doorStatement(l, ln.Addr().String(), b.layers[l.ID]))
 	}
-	// RFC 0005 §1.1: the operations doors bind with the MQTT doors, and
+	// docs/configuration.md "`broker.operations`": the operations doors bind with the MQTT doors, and
 	// serve at once (ops.go).
 	if err := b.startOperations(); err != nil {
 		b.stopOperations()

@@ -44,7 +44,7 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 	}
 	if pk.Connect.WillFlag && !b.willAllowed(cl, pk.Connect.WillTopic) {
 		// A Will is a publish the client asks the broker to make for it:
-		// it meets the client's own rules (RFC 0003, CONNACK 0x87).
+		// it meets the client's own rules (docs/channels.md, CONNACK 0x87).
 		return b.refuseWill(cl, withReason(codeNotAuthorized, "Will topic is not one this client may publish to"))
 	}
 	if !all && g.Denies(acl.Persistent) {

@@ -180,7 +180,7 @@ type fanout struct {
 const fanoutTurns = 4096
 
 // BroadcastStats counts broadcast deliveries that were not made, by cause
-// (RFC 0003 "Broadcast": broadcast is the one place Sagüin drops, and every
+// (docs/channels.md "Broadcast": broadcast is the one place Sagüin drops, and every
 // drop is counted).
 type BroadcastStats struct {
 	// DroppedQoS0: QoS 0 deliveries past a subscriber's outbound buffer (half

@@ -238,7 +238,7 @@ func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // OnClientExpired: the session's expiry passed while it was away. Its
 // positions go now, not at the next start, or a replacement device with the
-// same client id would inherit them (RFC 0003 §8).
+// same client id would inherit them (docs/channels.md "`append`").
 func (h *hook) OnClientExpired(cl *mqtt.Client) {
 	h.b.endSession(cl.ID, nil)
 }

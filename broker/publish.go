@@ -14,7 +14,7 @@ import (
 
 // reservedPrefix marks Sagüin's own User Properties. A client may set only
 // saguin-id; every other saguin-* property it sends is dropped, so nobody can
-// forge delivery or dead-letter metadata (RFC 0003 §4).
+// forge delivery or dead-letter metadata (docs/channels.md "What a publish is answered").
 const reservedPrefix = "saguin-"
 
 // Reason codes Sagüin answers with that the substrate has no name for, or
@@ -146,7 +146,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 		pk.Properties.User = stripReserved(pk.Properties.User, false)
 		if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener && b.bcastHolds != nil {
 			// Held until PUBREL, then written to the broadcast log and
-			// delivered (RFC 0003 §2 "Broadcast QoS 2", qos2_broadcast.go).
+			// delivered (rfcs/qos2-holds.md "Broadcast QoS 2", qos2_broadcast.go).
 			return decided(b.holdBroadcast(cl, pk))
 		}
 		if pk.FixedHeader.Retain {
@@ -159,7 +159,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 	}
 	ch := b.channels[name]
 	if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener {
-		// Held until PUBREL, written then (RFC 0003 §2, qos2.go). A Will
+		// Held until PUBREL, written then (rfcs/qos2-holds.md, qos2.go). A Will
 		// is written at once: nobody will send its PUBREL.
 		return decided(b.holdPublish(cl, pk, ch))
 	}
@@ -170,7 +170,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 	rec := b.recordOf(cl, pk)
 	if ch.queue != nil && rec.Retain {
 		// A retained publish to a queue is accepted with the flag dropped:
-		// a job is nobody's current value (RFC 0003 "Retained messages").
+		// a job is nobody's current value (docs/channels.md "Broadcast").
 		rec.Retain = false
 		ch.retainIgnored.Add(1)
 	}
@@ -187,7 +187,7 @@ func (w *channelWrite) storeNow(b *Broker) error {
 		_, err = w.ch.queue.Enqueue(w.rec)
 	default:
 		// The topic's new value, or for a zero-length payload its
-		// tombstone (latest.go, RFC 0003 §9).
+		// tombstone (latest.go, docs/channels.md "`latest`").
 		err = b.storeLatest(w.ch, w.rec)
 	}
 	return err
@@ -265,7 +265,7 @@ func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (
 	return pk, code
 }
 
-// recordOf turns a PUBLISH into the record RFC 0003 §4 describes.
+// recordOf turns a PUBLISH into the record docs/channels.md "What a publish is answered" describes.
 func (b *Broker) recordOf(cl *mqtt.Client, pk packets.Packet) storage.Record {
 	now := b.clock.Now()
 	p := pk.Properties

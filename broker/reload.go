@@ -13,7 +13,7 @@ import (
 const maxReloadLines = 20
 
 // ReloadAuthority is SIGUSR1's part (3) (operations.md §3.1): every MQTT
-// password file, every operator password file (RFC 0005 §1.4) and the ACL
+// password file, every operator password file (docs/operations.md "Who the caller is") and the ACL
 // read again from the paths the broker started with, all or nothing. A file that does not load changes nothing — each
 // problem is logged at error naming its file and line, and the broker
 // keeps serving on what it had; otherwise the new files are swapped in

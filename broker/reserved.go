@@ -32,7 +32,7 @@ func (b *Broker) publishReserved(cl *mqtt.Client, pk packets.Packet) (packets.Pa
 		fmt.Sprintf("%s is not a topic clients may publish to under $saguin/", t)))
 }
 
-// The $saguin/ topics a client may publish to (RFC 0003: seek, point read,
+// The $saguin/ topics a client may publish to (docs/channels.md: seek, point read,
 // queue answers).
 const (
 	routeNone = iota
@@ -65,7 +65,7 @@ func reservedRoute(t string) (int, string) {
 	return routeNone, ""
 }
 
-// queueAnswer takes a worker's ack or return (RFC 0003 "Acknowledgement and
+// queueAnswer takes a worker's ack or return (docs/channels.md "Acknowledgement and
 // return"). The PUBACK says only that the broker received the packet: the
 // worker is never told whether its answer was applied (invariant 3).
 func (b *Broker) queueAnswer(cl *mqtt.Client, pk packets.Packet, name string) (packets.Packet, error) {

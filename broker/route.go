@@ -123,7 +123,7 @@ func (r routing) queueFormCode(f packets.Subscription, name string, v5 bool) (by
 	}
 	if f.NoLocal {
 		// A job withheld from the one worker that published it would never
-		// move again (RFC 0003 "Delivery").
+		// move again (docs/channels.md "`queue`").
 		return subackFilterInvalid, "a queue is consumed without No Local"
 	}
 	if f.Qos == 0 {

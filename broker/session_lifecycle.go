@@ -38,7 +38,7 @@ func (b *Broker) establishSession(cl *mqtt.Client, pk packets.Packet) {
 
 // sessionExpiry is what the client was granted: the Session Expiry Interval
 // capped by limits.max_session_expiry; a 3.1.1 cleanSession=0 client gets the
-// cap (RFC 0003 §8).
+// cap (docs/channels.md "`append`").
 func (b *Broker) sessionExpiry(cl *mqtt.Client) time.Duration {
 	max := b.cfg.Broker.Limits.MaxSessionExpiry
 	if cl.Properties.ProtocolVersion < 5 {
@@ -166,7 +166,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	if exp == 0 {
 		if wasDurable {
 			// The session now ends with this connection: a restart must
-			// not bring it back (RFC 0003 §8).
+			// not bring it back (docs/channels.md "`append`").
 			b.forgetSession(cl.ID)
 		}
 		return ended
@@ -258,7 +258,7 @@ func (s *session) queueEngines(b *Broker) []*queueEngine {
 }
 
 // returnJobs takes the session's worker registrations off connection cl and
-// returns every job that connection held (RFC 0003: returned whenever the
+// returns every job that connection held (docs/channels.md: returned whenever the
 // connection ends, whatever becomes of the session).
 func (b *Broker) returnJobs(s *session, cl *mqtt.Client) {
 	s.mu.Lock()

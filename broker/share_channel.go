@@ -34,7 +34,7 @@ func (b *Broker) shareChannelRecord(rec storage.Record) {
 	if len(rec.CorrelationData) > 0 {
 		m.props.CorrelationData = append([]byte(nil), rec.CorrelationData...)
 	}
-	// The record's Message ID travels as saguin-id (RFC 0003 §4); offsets
+	// The record's Message ID travels as saguin-id (docs/channels.md "What a publish is answered"); offsets
 	// do not (a group has none).
 	m.props.User = append(m.props.User, packets.UserProperty{Key: "saguin-id", Val: rec.MessageID})
 	m.measure()

@@ -67,12 +67,11 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	}
 
 	// An unread saguin-* instruction refuses every filter in the packet
-	// (RFC 0003 §4: unknown instruction refused, unknown data stripped).
+	// (docs/channels.md "What a publish is answered": unknown instruction refused, unknown data stripped).
 	packetCode := byte(0)
 	reason := ""       // the SUBACK's Reason String, when a rule of ours refused
 	deletions := false // saguin-deletions: tombstones in the latest state pass (latest.go)
-	// saguin-filter: the slice the subscriber declares (RFC 0003
-	// "Client-declared partitioning"), on the packet, so it applies to
+	// saguin-filter: the slice the subscriber declares (rfcs/partition.md), on the packet, so it applies to
 	// every filter named. A malformed declaration refuses the packet.
 	var decl partition.Declaration
 	var declRefused error
@@ -232,7 +231,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		}
 	}
 	// Latest channels take the packet's filters together: one state pass
-	// per channel, saguin-deletions applying to every filter (RFC 0003 §9).
+	// per channel, saguin-deletions applying to every filter (docs/channels.md "`latest`").
 	var latestFresh, latestHeld []*latestConsumer
 	if len(latestSubs) > 0 {
 		latestFresh, latestHeld = b.addLatestSubscriptions(s, cl, latestSubs, deletions)
@@ -329,7 +328,7 @@ func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, stri
 
 // addChannelSubscription records filter f on the session and gives it a
 // consumer on every append channel it reaches (RFC 0002 §2.2), positioned
-// where RFC 0003 §8 says. It returns the new consumers, which the caller
+// where docs/channels.md "`append`" says. It returns the new consumers, which the caller
 // starts once the SUBACK is written: the SUBACK always goes first.
 func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.Subscription) []*consumer {
 	reached := b.resolver.Reaching(f.Filter)
@@ -378,7 +377,7 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 		out = append(out, c) // started once the SUBACK is written
 	}
 	for _, c := range existing {
-		// A filter added later does not reach back (RFC 0003 §8): the
+		// A filter added later does not reach back (docs/channels.md "`append`"): the
 		// consumer goes on from where it is, now matching more.
 		c.poke()
 	}
@@ -389,7 +388,7 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 // position when the session is durable and has one; otherwise the floor, or
 // the head on a start: tail channel. Retain Handling 2 means only new
 // records: without a position, the head; with one, the position is
-// committed at the head and the backlog dropped (RFC 0003 §8).
+// committed at the head and the backlog dropped (docs/channels.md "`append`").
 func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (uint64, error) {
 	if durable {
 		p, ok, err := ch.log.Position(s.reader())
@@ -420,7 +419,7 @@ func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (u
 
 // noPositionStart is where a reader of ch with no position starts: the
 // floor, or the head on a start: tail channel or for Retain Handling 2
-// (RFC 0003 §8).
+// (docs/channels.md "`append`").
 func noPositionStart(ch *channel, rh2 bool) uint64 {
 	if rh2 || ch.cfg.StartTail {
 		return ch.log.Next()

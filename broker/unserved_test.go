@@ -53,7 +53,7 @@ func TestPasswordFileThatDoesNotLoadStopsTheStart(t *testing.T) {
 	}
 }
 
-// RFC 0005 §1.1: the operations listener binds at start with the MQTT
+// docs/configuration.md "`broker.operations`": the operations listener binds at start with the MQTT
 // doors; a port already in use stops the start, naming the door, and
 // leaves nothing bound behind it (the MQTT door's port is free again).
 func TestOperationsDoorOnATakenPortStopsTheStart(t *testing.T) {

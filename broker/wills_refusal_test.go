@@ -28,7 +28,7 @@ func waitLogged(t *testing.T, contains func(string) bool, s string) {
 
 // A CONNECT refused for its Will changes nothing of the session its client
 // id holds (delivery-front §3 "CONNECT refused before touching anything";
-// RFC 0003: a waiting Will is cancelled by a resume, "never a CONNECT that
+// docs/channels.md: a waiting Will is cancelled by a resume, "never a CONNECT that
 // was refused"). Each cause is answered on the wire with 0x90 and a reason;
 // afterwards the session away is resumed whole — Session Present 1, its
 // subscription and position — and its waiting Will was not cancelled.
@@ -78,7 +78,7 @@ var willFullConfig = appendConfigWith(sqliteProvider, "    max_bytes: 2KiB\n")
 // A Will is published through the ordinary publish path when it fires, and
 // what refuses it then — here its channel filled since the CONNECT — is
 // logged, naming the client, and no more: nobody is left to answer, and the
-// broker goes on (RFC 0003 "What is refused, and when").
+// broker goes on (rfcs/wills.md).
 func TestWillIntoAFullChannelIsLoggedAndNotStored(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), willFullConfig))
 	pub := brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})

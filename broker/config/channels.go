@@ -84,7 +84,7 @@ func channelNameProblem(name, typ string) string {
 	if strings.HasSuffix(name, DeadLetterSuffix) {
 		return "a name ending in __dlq is reserved for the dead-letter channel every queue derives; choose another name"
 	}
-	// RFC 0004 §4: the snapshot file name percent-encodes every dot (three
+	// rfcs/storage-memory.md: the snapshot file name percent-encodes every dot (three
 	// bytes each) and must fit a file name.
 	if n := len(name) + 2*strings.Count(name, ".") + len(snapshotSuffix); n > maxFileName {
 		return fmt.Sprintf("its snapshot file name would be %d bytes (each . is written %%2E), more than the %d a file name holds; shorten it or use fewer dots", n, maxFileName)

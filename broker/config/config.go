@@ -180,7 +180,7 @@ type Limits struct {
 
 // Reserve is one largest record with its headers: the room carved out of
 // every provider's max_bytes for acks, positions, dead-letter moves and
-// QoS 2 releases (RFC 0004 "The reserve").
+// QoS 2 releases (docs/configuration.md "`broker.storage`").
 func (l Limits) Reserve() int64 { return l.MaxMessageSize + l.MaxHeaderBytes }
 
 // Provider is one broker.storage.providers entry.

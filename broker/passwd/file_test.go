@@ -77,7 +77,7 @@ func readAndAddAlice(t *testing.T, path string) *passwd.File {
 }
 
 // saguin --passwd add refuses a name that could not be read back as
-// itself: RFC 0002 §1.10's control characters, RFC 0005 §1.3's ':', and
+// itself: RFC 0002 §1.10's control characters, docs/operations.md "Operators"'s ':', and
 // what readers trim or take as a comment.
 func TestSetRefusesNamesThatCannotBeStored(t *testing.T) {
 	f := passwd.NewFile("p", passwd.AnyKind)

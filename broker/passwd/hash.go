@@ -136,7 +136,7 @@ const MaxPassword = 65535
 
 // NewHash hashes password as saguin --passwd add stores it: $7$,
 // DefaultIterations, a fresh random 12-byte salt. It refuses an empty
-// password (RFC 0005 §1.3) and one no client could send.
+// password (docs/operations.md "Operators") and one no client could send.
 func NewHash(password []byte) (Hash, error) {
 	switch {
 	case len(password) == 0:

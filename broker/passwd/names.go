@@ -47,7 +47,7 @@ func CheckFileUserName(name string) error {
 
 // storableNameProblem adds to CheckUserName what a name must also be to be
 // written on a line of a file and read back as itself: not empty, not too
-// long, no ':' (the field separator, RFC 0005 §1.3), not beginning with '#'
+// long, no ':' (the field separator, docs/operations.md "Operators"), not beginning with '#'
 // (mosquitto reads a line beginning with '#' as a comment) and no blank at
 // either end (readers trim the blanks around each field). It returns the
 // problem and its fix, or "".

@@ -106,7 +106,7 @@ func TestLinesMosquittoSilentlyLosesAreRefused(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.10, RFC 0005 §1.3: each of these is a load error whose text
+// RFC 0002 §1.10, docs/operations.md "Operators": each of these is a load error whose text
 // names the file and the line and says how to fix it.
 func TestLoadErrorsNameFileLineAndFix(t *testing.T) {
 	h := hashOf(t, "pw")

@@ -99,7 +99,7 @@ func TestPasswdFileIsMosquittosFile(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.10, RFC 0005 §1.3: each word of --passwd through the binary,
+// RFC 0002 §1.10, docs/operations.md "Operators": each word of --passwd through the binary,
 // with what it prints and its exit code.
 func TestPasswdCommandsEndToEnd(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "operators")

@@ -70,7 +70,7 @@ func (c *Certificates) Door() string { return c.door }
 func (c *Certificates) Files() config.TLS { return c.files }
 
 // Load reads the door's files again without serving them: a reload's
-// first half (RFC 0005 §3.1 item 4: all doors are read before any is
+// first half (docs/operations.md "Signals" item 4: all doors are read before any is
 // changed).
 func (c *Certificates) Load() (*Loaded, error) {
 	certPEM, err := readPEM(c.files.CertFile)

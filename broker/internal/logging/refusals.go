@@ -55,7 +55,7 @@ type Refusal struct {
 	Args []any
 
 	// What the operations listener's record of refused clients keeps
-	// (RFC 0005 §1.5, through RefusalLog.Observe). ClientID is the client
+	// (docs/operations.md "The routes", through RefusalLog.Observe). ClientID is the client
 	// identifier the connection's CONNECT gave ("" before one was read:
 	// Client is then a remote host); User the user name the client gave or
 	// was known by ("" none, or not known); Ends says the refusal ended

@@ -282,7 +282,7 @@ func (d *Decoder) Position() storage.Position {
 }
 
 // MinHeldSize is the smallest encoded hold: client, packet id, held-at and
-// a record without its offset's meaning (RFC 0004 §4: "holds (client,
+// a record without its offset's meaning (rfcs/storage-memory.md: "holds (client,
 // packet id, held-at, record without offset)").
 const MinHeldSize = 4 + 4 + 8 + MinRecordSize
 
