@@ -361,7 +361,7 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 		// A DISCONNECT that keeps its Will (0x04) starts the wait now: its
 		// due moment is part of what is stored before the close, so a
 		// crash after the client saw the close still publishes it
-		// (invariant 18; seeds/rfc-0003 "Last Will": at least once).
+		// (invariant 18; rfcs/wills.md: at least once).
 		w.due = now.Add(min(w.delay, s.expiry))
 	}
 	s.mu.Unlock()

@@ -43,7 +43,7 @@ type storedSession struct {
 	LastSeen      int64             `json:"last_seen,omitempty"`
 	Subscriptions []storedSubscribe `json:"subscriptions"`
 	// Will is the session's Last Will, with the moment it falls due once
-	// its wait began. A restart keeps it either way (seeds/rfc-0003 "Last
+	// its wait began. A restart keeps it either way (docs/channels.md "Last
 	// Will"): one with a moment resumes its wait, or is published at once
 	// if the moment passed; one without (its client was connected when
 	// the broker stopped) waits on the restored session until the client

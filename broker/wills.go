@@ -168,8 +168,8 @@ func (b *Broker) settleWill(s *session, sessionEnds, replacingLive bool) {
 	if old != nil {
 		// A Will with no moment on a session no connection holds is one
 		// restored from a client connected when the broker stopped: its
-		// client is back, and this CONNECT replaces it (seeds/rfc-0003
-		// "Last Will") — even one ending the session.
+		// client is back, and this CONNECT replaces it (rfcs/wills.md)
+		// — even one ending the session.
 		restoredUnarmed := !replacingLive && old.due.IsZero()
 		switch {
 		case sessionEnds && !restoredUnarmed:

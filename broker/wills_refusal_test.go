@@ -174,7 +174,7 @@ func TestWillPublishedAcrossAKill(t *testing.T) {
 	}
 }
 
-// seeds/rfc-0003 "Last Will" and invariant 18: a DISCONNECT 0x04 keeps the
+// rfcs/wills.md and invariant 18: a DISCONNECT 0x04 keeps the
 // Will, and its wait begins then. The moment it falls due is stored before
 // the close that answers the DISCONNECT, so a broker killed the instant the
 // client sees its connection close still publishes the Will after restart.
@@ -200,7 +200,7 @@ func TestInvariant18_WillKeptByDisconnect04IsDueAcrossAKillAtTheClose(t *testing
 	}
 }
 
-// seeds/rfc-0003 "Last Will": a client connected when the broker stopped
+// rfcs/wills.md: a client connected when the broker stopped
 // keeps its Will — a broker stopping is not a device dying, so nothing is
 // published at the start — and the Will waits on the restored session: the
 // session expiring at the running broker publishes it; the client coming
