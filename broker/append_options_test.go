@@ -145,7 +145,7 @@ func TestSizeRetentionRemovesOldestAndMovesTheFloor(t *testing.T) {
 
 // One filter reaching two channels gets each record once, labelled with
 // saguin-channel; a record matched by two of a session's subscriptions is
-// delivered once (docs/channels.md "What a publish is answered", RFC 0002 §2.2).
+// delivered once (docs/channels.md "What a publish is answered", docs/configuration.md "`channels`").
 func TestOneCopyPerRecordAndSaguinChannelAcrossChannels(t *testing.T) {
 	b, _, pub := optionsRig(t)
 	pub1(t, pub, "events/alerts/fire", "a")

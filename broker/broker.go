@@ -214,7 +214,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		return nil, err
 	}
 	// Before any storage opens: the files naming who may connect are read
-	// and checked whole (RFC 0002 §5), as --check-config reads them.
+	// and checked whole (docs/operations.md "A start"), as --check-config reads them.
 	auth, err := loadAuthority(cfg, b.authGen.Add(1))
 	if err != nil {
 		return nil, err
@@ -245,7 +245,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 func logLevel(s string) slog.Level { return logging.LevelOf(s) }
 
 // openChannels opens the providers channels use (a provider no channel
-// names stays closed: RFC 0002 §1.6) and each channel's store.
+// names stays closed: docs/configuration.md "`broker.storage`") and each channel's store.
 func (b *Broker) openChannels() error {
 	for _, cc := range b.cfg.Channels {
 		p, err := b.provider(cc.Storage)
@@ -291,7 +291,7 @@ func (b *Broker) openChannels() error {
 		return errors.New("the configuration has no topic resolver: it was not made by config.Load")
 	}
 	b.routing = newRouting(b.cfg)
-	b.countStrayLatestValues() // latest.go: RFC 0002 §2.1, a filter edited
+	b.countStrayLatestValues() // latest.go: docs/configuration.md "`channels`", a filter edited
 	return nil
 }
 
@@ -352,7 +352,7 @@ func (b *Broker) newServer() *mqtt.Server {
 	// What every MQTT 5 CONNACK advertises, and what a connection's
 	// pipelined publishes are bounded by (inbound.go).
 	caps.ReceiveMaximum = receiveMaximum
-	// invariant 13: inbound alias table bounded (RFC 0002 §1.5: fixed at 16).
+	// invariant 13: inbound alias table bounded (docs/configuration.md "`broker.limits`": fixed at 16).
 	caps.TopicAliasMaximum = topicAliasMaximum
 	// The substrate's outbound queue carries nothing of Sagüin's: broadcast
 	// goes through each session's outbox, bounded by

@@ -27,8 +27,7 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return code
 	}
 	// Who the client is, before anything else about it is judged: a
-	// client that fails authentication learns nothing more (RFC 0002
-	// §3.1: features are checked only after authentication).
+	// client that fails authentication learns nothing more (docs/security.md "Every refusal, and its code": features are checked only after authentication).
 	ca, err := b.admitIdentity(cl, pk)
 	if err != nil {
 		return err
@@ -48,7 +47,7 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return b.refuseWill(cl, withReason(codeNotAuthorized, "Will topic is not one this client may publish to"))
 	}
 	if !all && g.Denies(acl.Persistent) {
-		// RFC 0002 §3.6: accepted, with a session that ends with the
+		// docs/security.md "A feature the ACL denies": accepted, with a session that ends with the
 		// connection — Session Expiry 0 on the CONNACK (MQTT 5), made
 		// clean (3.1.1).
 		ca.notPersistent = true
@@ -60,7 +59,7 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 }
 
 // admitIdentity authenticates the CONNECT and, under an ACL, checks that
-// the identity may use this client id (RFC 0002 §1.12 client_ids, 0x86).
+// the identity may use this client id (docs/configuration.md "The ACL file" client_ids, 0x86).
 // The identity is kept on the connection for every later question.
 func (b *Broker) admitIdentity(cl *mqtt.Client, pk packets.Packet) (*connAuth, error) {
 	a := b.auth.Load()
@@ -77,7 +76,7 @@ func (b *Broker) admitIdentity(cl *mqtt.Client, pk packets.Packet) (*connAuth, e
 		ca.grants.Store(&grantsAt{gen: a.gen, g: g})
 		for _, w := range g.Withheld() {
 			// Once per connection: the rule would have widened past this
-			// client's own name (RFC 0002 §1.12).
+			// client's own name (docs/configuration.md "The ACL file").
 			b.log.Warn("ACL rule withheld for this client: substituting its name would widen it",
 				"client", cl.ID, "user", ca.user, "role", w.Grant.Role, "rule", w.Grant.Subject, "reason", w.Reason)
 		}
@@ -88,8 +87,7 @@ func (b *Broker) admitIdentity(cl *mqtt.Client, pk packets.Packet) (*connAuth, e
 	return ca, nil
 }
 
-// willFeatureRefusal applies the ACL's feature denials to a Will (RFC 0002
-// §3.6): no Will at all (0x87), no QoS 2 Will (0x9B), no retained Will on
+// willFeatureRefusal applies the ACL's feature denials to a Will (docs/security.md "A feature the ACL denies"): no Will at all (0x87), no QoS 2 Will (0x9B), no retained Will on
 // a broadcast topic (0x9A).
 func willFeatureRefusal(g *acl.Grants, pk packets.Packet, r interface{ Resolve(string) (string, bool) }) (packets.Code, bool) {
 	c := pk.Connect

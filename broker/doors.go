@@ -38,7 +38,7 @@ const (
 )
 
 // doorLayers builds the layers of every MQTT door that has any, reading
-// every TLS door's files (RFC 0002 §1.3: a bad certificate stops the
+// every TLS door's files (docs/configuration.md "`broker.mqtt`": a bad certificate stops the
 // start, naming the door, before any port opens; every door's problem is
 // reported at once).
 func (b *Broker) doorLayers() (map[string]*doorpkg.Layers, error) {
@@ -150,7 +150,7 @@ func gone(err error) bool {
 
 // layerReady notes what a connection's layers learnt that the operator
 // must hear of: a certificate that names nobody, or a proxied one the
-// proxy did not verify (RFC 0002 §1.3, §1.11). Rate-limited per remote
+// proxy did not verify (docs/configuration.md "`broker.mqtt`"; docs/security.md "1. Certificates"). Rate-limited per remote
 // host: one client reconnecting is not a line per attempt.
 func (b *Broker) layerReady(l *config.Listener, c *doorpkg.Conn) {
 	p := c.Peer()
@@ -282,7 +282,7 @@ func (b *Broker) ReloadOrigins(cfg *config.Config) {
 }
 
 // peerIdentity is what a connection's door knows of its client, for the
-// CONNECT's authentication (RFC 0002 §1.3, §1.11).
+// CONNECT's authentication (docs/configuration.md "`broker.mqtt`"; docs/security.md "1. Certificates").
 type peerIdentity struct {
 	// door is the door the client came through.
 	door *config.Listener
@@ -294,7 +294,7 @@ type peerIdentity struct {
 	from string
 	// certificate: the client presented a certificate, to this door or to
 	// the proxy (a certificate client is never looked up in a password
-	// file, RFC 0002 §1.11).
+	// file, docs/security.md "1. Certificates").
 	certificate bool
 	// proxied: the door read a PROXY header for this connection; then
 	// verifyResult is its SSL TLV's verify result (0: verified, or no TLV)

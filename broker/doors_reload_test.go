@@ -120,7 +120,7 @@ func TestTLSCertificateReloadIsAllOrNothing(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.3: a certificate that cannot be served stops the start
+// docs/configuration.md "`broker.mqtt`": a certificate that cannot be served stops the start
 // before any port opens, naming each door — all of them at once — and
 // nothing is opened (the loader checked the files; they broke after).
 func TestBadCertificateStopsTheStartNamingEveryDoor(t *testing.T) {

@@ -126,7 +126,7 @@ func (b *Broker) sweepLatest() {
 }
 
 // countStrayLatestValues logs, per latest channel, how many stored values
-// sit under a topic the channel's filter no longer claims (RFC 0002 §2.1:
+// sit under a topic the channel's filter no longer claims (docs/configuration.md "`channels`":
 // editing a filter moves no stored records). Those values are not served
 // by this channel: another channel, or broadcast, holds the topic now.
 func (b *Broker) countStrayLatestValues() {
@@ -180,7 +180,7 @@ type latestSubscribe struct {
 }
 
 // addLatestSubscriptions gives one SUBSCRIBE's granted filters their
-// consumers on every latest channel they reach (RFC 0002 §2.2), and queues
+// consumers on every latest channel they reach (docs/configuration.md "`channels`"), and queues
 // each consumer's current-state pass: every reachable topic's value, with
 // RETAIN set, for the filters whose Retain Handling asks for it — 0 always,
 // 1 when the subscription is new, 2 never (docs/channels.md "`latest`"; 3.1.1 has no Retain

@@ -223,7 +223,7 @@ func (w *channelWrite) stored(b *Broker, rec storage.Record) {
 	}
 }
 
-// storeRefusal maps a storage failure to the code RFC 0002 §3.3 names: 0x97
+// storeRefusal maps a storage failure to the code docs/channels.md "What a publish is answered" names: 0x97
 // at a bound, 0x83 for any other failure. Either way nothing is acknowledged.
 func storeRefusal(channel string, err error) packets.Code {
 	if errors.Is(err, storage.ErrFull) {
@@ -234,7 +234,7 @@ func storeRefusal(channel string, err error) packets.Code {
 
 // refuse answers a publish the broker will not keep. MQTT 5 QoS>0 gets the
 // reason code on its PUBACK; QoS 0 is dropped; a 3.1.1 client, which has no
-// reason codes, is disconnected (RFC 0002 §3.3, "3.1.1: closed") rather than
+// reason codes, is disconnected (docs/channels.md "What a publish is answered", "3.1.1: closed") rather than
 // acknowledged — never acknowledged and then dropped.
 func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
 	b.logPublishRefusal(cl, pk, code)

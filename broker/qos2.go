@@ -137,8 +137,7 @@ func (b *Broker) holdStoreOf(ch *channel) storage.HoldStore {
 }
 
 // holdPublish keeps a client's QoS 2 PUBLISH to a channel as a hold and lets
-// the substrate answer PUBREC 0x00. Refusals are PUBREC codes (RFC 0002
-// §3.3): 0x97 at the per-client allowance (the connection stays) or when
+// the substrate answer PUBREC 0x00. Refusals are PUBREC codes (docs/channels.md "What a publish is answered"): 0x97 at the per-client allowance (the connection stays) or when
 // the channel or its provider has no room, nothing held.
 func (b *Broker) holdPublish(cl *mqtt.Client, pk packets.Packet, ch *channel) (packets.Packet, error) {
 	// invariant 17: a connection that no longer owns the id holds nothing for it.

@@ -71,7 +71,7 @@ func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code pack
 	}
 	refused := b.refused
 	if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion < 5 {
-		// RFC 0002 §3.3: a 3.1.1 client, which has no reason codes, is
+		// docs/channels.md "What a publish is answered": a 3.1.1 client, which has no reason codes, is
 		// closed rather than answered (publish.go refuse, inbound.answer).
 		refused = b.refusedClosing
 	}
@@ -80,7 +80,7 @@ func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code pack
 }
 
 // filterRefusals gathers the filters one SUBSCRIBE had refused one by one
-// (RFC 0002 §3.2): how many under each code (a handful of codes: a fixed
+// (docs/security.md "Every refusal, and its code"): how many under each code (a handful of codes: a fixed
 // array, invariant 13 whatever the packet holds) and the first of them.
 type filterRefusals struct {
 	n           int

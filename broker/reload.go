@@ -20,7 +20,7 @@ const maxReloadLines = 20
 // whole, each logs what it now holds, and every delivery a withdrawn grant
 // stalled is woken to ask again (a grant that came back resumes it,
 // invariant 16). cfg is the configuration the broker started with: which
-// files are named is startup-only (RFC 0002 §6); their contents are not.
+// files are named is startup-only (docs/operations.md "The command line"); their contents are not.
 func (b *Broker) ReloadAuthority() error {
 	next, err := loadAuthority(b.cfg, b.authGen.Add(1))
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 // publishReserved routes a PUBLISH under $saguin/. Exactly five topics are
-// publishable (RFC 0002 §2.3); this broker serves four of them — point
+// publishable (docs/channels.md "The `$saguin/` topics"); this broker serves four of them — point
 // read (pointread.go), seek (seek.go), queue answers (below) and the
 // hang-up (hangup.go) — and refuses the rest (the catalogue) by name
 // rather than pretending.

@@ -25,7 +25,7 @@ func (b *Broker) establishSession(cl *mqtt.Client, pk packets.Packet) {
 	b.claimForConnect(cl)
 	asked := pk.Connect.Clean
 	if ca := authOf(cl); ca != nil && ca.notPersistent {
-		// RFC 0002 §3.6: a client denied persistent gets a session that
+		// docs/security.md "A feature the ACL denies": a client denied persistent gets a session that
 		// ends with the connection, whatever it asked for.
 		pk.Connect.Clean = true
 	}
@@ -149,7 +149,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	s.will = willOf(pk)
 	if s.will != nil {
 		// A Will fired later is judged as the identity that armed it
-		// (RFC 0002 §4.4), which is kept with it across a restart.
+		// (rfcs/wills.md), which is kept with it across a restart.
 		s.will.username = ""
 		if ca := authOf(cl); ca != nil {
 			s.will.username = ca.user

@@ -114,8 +114,7 @@ func (b *Broker) logServing(doors []string) {
 	}
 }
 
-// clientAuthentication is how a door decides who a client is (RFC 0002
-// §1.3, §1.11): a required certificate, an optional one, a password file,
+// clientAuthentication is how a door decides who a client is (docs/configuration.md "`broker.mqtt`"; docs/security.md "1. Certificates"): a required certificate, an optional one, a password file,
 // anonymous clients — joined with "+" where several apply.
 func clientAuthentication(l config.Listener) string {
 	var ways []string

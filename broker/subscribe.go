@@ -16,7 +16,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// Reason codes on a SUBACK (RFC 0002 §3.2).
+// Reason codes on a SUBACK (docs/security.md "Every refusal, and its code").
 const (
 	subackImplementation = 0x83
 	subackNotAuthorized  = 0x87
@@ -32,7 +32,7 @@ var handled = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puba
 
 // subscribe serves a SUBSCRIBE in place of the substrate, which can answer a
 // filter only with the codes it knows. Sagüin decides each filter's code
-// itself (RFC 0002 §3.2), registers broadcast interest with the substrate's
+// itself (docs/security.md "Every refusal, and its code"), registers broadcast interest with the substrate's
 // index, writes the SUBACK, and only then lets channel pumps and retained
 // broadcast values flow, so the SUBACK always goes first.
 func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
@@ -56,7 +56,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	if !all && v5 && g != nil && g.Denies(acl.Share) {
 		for _, f := range pk.Filters {
 			if strings.HasPrefix(f.Filter, "$share/") {
-				// RFC 0002 §3.2, §3.6: the CONNACK said Shared Subscription
+				// docs/security.md "Every refusal, and its code"; docs/security.md "A feature the ACL denies": the CONNACK said Shared Subscription
 				// Available 0; a client that asks anyway is disconnected.
 				code := withReason(packets.ErrSharedSubscriptionsNotSupported, "this client may not use shared subscriptions")
 				b.refusedClosing(slog.LevelWarn, cl, refuseSubscribe, code.Code, "DISCONNECT: shared subscription from a client denied share", "filter", f.Filter)
@@ -319,7 +319,7 @@ func withSubscriptions(cl *mqtt.Client, granted []packets.Subscription) []packet
 }
 
 // filterCode decides one filter of a client's SUBSCRIBE: the granted QoS,
-// or the refusal RFC 0002 §3.2 names for it and why (for the log line,
+// or the refusal docs/security.md "Every refusal, and its code" names for it and why (for the log line,
 // logFilterRefusals). The decision is the configuration's alone
 // (routing.filterCode); the client adds only its protocol version.
 func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, string) {
@@ -327,7 +327,7 @@ func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, stri
 }
 
 // addChannelSubscription records filter f on the session and gives it a
-// consumer on every append channel it reaches (RFC 0002 §2.2), positioned
+// consumer on every append channel it reaches (docs/configuration.md "`channels`"), positioned
 // where docs/channels.md "`append`" says. It returns the new consumers, which the caller
 // starts once the SUBACK is written: the SUBACK always goes first.
 func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.Subscription) []*consumer {

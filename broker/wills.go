@@ -123,8 +123,7 @@ func (b *Broker) willAllowed(cl *mqtt.Client, topic string) bool {
 	return all || b.mayPublishTo(g, topic, false)
 }
 
-// willStillAllowed is the question asked again when a Will fires (RFC 0002
-// §4.4), as the identity that armed it: the rules may have been reloaded
+// willStillAllowed is the question asked again when a Will fires (rfcs/wills.md), as the identity that armed it: the rules may have been reloaded
 // since its CONNECT, and its connection may be gone.
 func (b *Broker) willStillAllowed(id string, w *will) bool {
 	g := b.grantsFor(w.username, id)

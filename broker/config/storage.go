@@ -10,7 +10,7 @@ import (
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// Storage constants (RFC 0002 §1.6, rfcs/storage-sqlite.md and rfcs/storage-memory.md).
+// Storage constants (docs/configuration.md "`broker.storage`", rfcs/storage-sqlite.md and rfcs/storage-memory.md).
 const (
 	// SQLiteEmptyBytes is an empty sqlite database: 22 pages of 4KiB.
 	SQLiteEmptyBytes         = 88 << 10
@@ -25,7 +25,7 @@ var (
 	memoryKeys = []string{"type", "snapshot_dir", "max_bytes"}
 )
 
-// storage reads broker.storage (RFC 0002 §1.6).
+// storage reads broker.storage (docs/configuration.md "`broker.storage`").
 func (l *loader) storage(v val, present bool, p *parsed, parent *mapping) {
 	if !present {
 		parent.missing("storage", "write a broker.storage block: default, default_retention_period, default_retention_bytes and at least one provider")

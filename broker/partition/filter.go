@@ -176,7 +176,7 @@ type Declaration struct {
 }
 
 // Add parses the next saguin-filter value. The first refusal is final: the
-// broker refuses every filter of the packet (RFC 0002 §3.2), so there is
+// broker refuses every filter of the packet (docs/security.md "Every refusal, and its code"), so there is
 // nothing to gain from reading further.
 func (d *Declaration) Add(value string) error {
 	// Invariant 13: the count is judged before the value is parsed or kept.

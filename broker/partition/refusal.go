@@ -140,7 +140,7 @@ func refuse(r Refusal, declaration int, value string) *Error {
 // as strings, never by asking what the filter reaches (docs/channels.md "Where it
 // applies"), and exactly as the broker recognises them: only the lower-case
 // $share/ is a shared subscription ($SHARE/ is refused elsewhere as a
-// malformed filter, RFC 0002 §3.2).
+// malformed filter, docs/security.md "Every refusal, and its code").
 const (
 	SharePrefix = "$share/"
 	QueuePrefix = "$saguin/queue/"
@@ -148,7 +148,7 @@ const (
 
 // CheckFilter reports whether a declaration may apply to filter: nil, or the
 // refusal for a shared subscription or a queue's subscription form. The
-// broker refuses only that filter of the SUBSCRIBE (RFC 0002 §3.2); a
+// broker refuses only that filter of the SUBSCRIBE (docs/security.md "Every refusal, and its code"); a
 // malformed declaration, in contrast, refuses every filter in the packet.
 func CheckFilter(filter string) error {
 	switch {

@@ -23,7 +23,7 @@ const (
 	// (invariant 1).
 	chanTicks = "ticks"
 	// chanJobs is the queue; its dead letters land in jobs__dlq under
-	// jobs/__dlq/# (RFC 0002: the derived filter).
+	// jobs/__dlq/# (docs/configuration.md: the derived filter).
 	chanJobs = "jobs"
 	// chanState is a latest channel (docs/channels.md "`latest`"): a value per topic, a
 	// zero-length publish deletes it. Its keys are read by point reads

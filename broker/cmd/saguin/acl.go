@@ -26,7 +26,7 @@ type aclRequest struct {
 	clientID   *string // nil: no client id asked about
 }
 
-// explainACL is --acl CONFIG [USER [CLIENT-ID]] [--json] (RFC 0002 §6,
+// explainACL is --acl CONFIG [USER [CLIENT-ID]] [--json] (docs/operations.md "The command line",
 // docs/operations.md "The command line"): what a client may do under the configuration's acl_file,
 // read and checked as a start would, and nothing started. fs has parsed
 // the flags up to the first operand, configPath and asJSON being its

@@ -45,7 +45,7 @@ func routeRows(t *testing.T, args ...string) []string {
 	return strings.Split(strings.TrimRight(out, "\n"), "\n")
 }
 
-// RFC 0002 §6: a topic's row names the channel that holds it and the
+// docs/operations.md "The command line": a topic's row names the channel that holds it and the
 // filter that claims it (the most exact), or broadcast; a filter's rows say
 // how each channel it reaches serves it.
 func TestRouteExplainsTopicsAndFilters(t *testing.T) {
