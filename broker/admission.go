@@ -569,7 +569,7 @@ func (c *clientConn) judged(j judgement, data []byte) error {
 // errRefused ends a connection whose packet the framer refused.
 var errRefused = errors.New("packet refused before the substrate read it")
 
-// refuse answers a packet the check refused (configuration.md §3.1, §3.5):
+// refuse answers a packet the check refused (docs/security.md "Every refusal, and its code"):
 // MQTT 5 gets a CONNACK (for the CONNECT) or DISCONNECT with the code, then
 // the close; MQTT 3.1.1, and a connection whose protocol is not known, is
 // closed with nothing. One bounded line is logged.
@@ -724,7 +724,7 @@ func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 }
 
 // refused counts a refusal this connection was given and logs it at warn,
-// rate-limited (operations.md §3.2) by its client id or, before one is
+// rate-limited (docs/operations.md "Logs") by its client id or, before one is
 // known, by the host it came from: a client reconnecting in a loop uses a
 // new port each time.
 //

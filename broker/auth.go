@@ -20,7 +20,7 @@ import (
 // authority is what the files naming who may connect and what they may do
 // say (docs/configuration.md "Password files and `saguin --passwd`"; docs/configuration.md "The ACL file"): the MQTT password file of every door, and the
 // ACL. It is loaded whole and never changed: a SIGUSR1 re-read builds a
-// new one and swaps it in only when every file loads (operations.md §3.1),
+// new one and swaps it in only when every file loads (docs/operations.md "Signals"),
 // so a connection never sees half of a reload.
 type authority struct {
 	// gen numbers the loads: a connection's grants are computed again when

@@ -425,7 +425,7 @@ func TestInvariant16_ReloadMovesQueueWorkToAnotherWorkerUnspent(t *testing.T) {
 	}
 }
 
-// operations.md §3.1 (3): a password file re-read adds users at once; a
+// docs/operations.md "Signals" (3): a password file re-read adds users at once; a
 // broken file changes nothing, is logged at error naming its file and
 // line, and the broker keeps serving those it knew.
 func TestPasswordReloadIsAllOrNothing(t *testing.T) {

@@ -171,7 +171,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		opts.Logger = logging.New(os.Stdout, logLevel(cfg.Broker.LogLevel))
 	} else {
 		// A client's mistake is at most one bounded line whatever handler
-		// the caller chose (operations.md §3.2).
+		// the caller chose (docs/operations.md "Logs").
 		opts.Logger = slog.New(logging.Bounded(opts.Logger.Handler()))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -420,7 +420,7 @@ func (b *Broker) Start() error {
 		b.closeListeners()
 		return err
 	}
-	// operations.md §3.3: the pid file says the broker can be reached, so
+	// docs/operations.md "The pid file": the pid file says the broker can be reached, so
 	// it is written once every door is bound (the signal handlers are
 	// installed by the caller before New), before serving.
 	if err := b.writePIDFile(); err != nil {

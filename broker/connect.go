@@ -16,7 +16,7 @@ import (
 // the keep-alive it asked for.
 func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 	if reason, bad := b.clientIDRefusal(pk); bad {
-		// configuration.md §3: 0x85 (3.1.1: 0x02, which the substrate maps).
+		// docs/security.md "Every refusal, and its code": 0x85 (3.1.1: 0x02, which the substrate maps).
 		b.refused(slog.LevelWarn, cl, refuseConnect, packets.ErrClientIdentifierNotValid.Code,
 			"CONNECT refused: client identifier", "reason", reason)
 		code := withReason(packets.ErrClientIdentifierNotValid, reason)
@@ -104,7 +104,7 @@ func willFeatureRefusal(g *acl.Grants, pk packets.Packet, r interface{ Resolve(s
 	return packets.Code{}, false
 }
 
-// capKeepalive applies limits.max_keepalive (configuration.md §1.5): an MQTT
+// capKeepalive applies limits.max_keepalive (docs/configuration.md "`broker.limits`"): an MQTT
 // 5 client asking for more, or for none (0), is given the ceiling as Server
 // Keep Alive on its CONNACK, and the substrate arms the read deadline from
 // it. A silent client is then found within the ceiling, not never. MQTT
@@ -121,8 +121,7 @@ func (b *Broker) capKeepalive(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-// clientIDRefusal decides a CONNECT's client identifier (configuration.md
-// §3, 0x85): longer than limits.max_client_id_length (checked on the
+// clientIDRefusal decides a CONNECT's client identifier (docs/security.md "Every refusal, and its code", 0x85): longer than limits.max_client_id_length (checked on the
 // declared bytes, invariant 13), empty while asking to resume a session, or
 // holding a control character (U+0001–U+001F, U+007F–U+009F) that would
 // corrupt every log line naming the client.

@@ -115,7 +115,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 
 	// Topics are case-sensitive (MQTT 5 §4.7.3): only these exact
 	// spellings are the reserved forms; $sys/x, $SHARE/x and $SAGUIN/x are
-	// ordinary topics (configuration.md §2.3).
+	// ordinary topics (docs/channels.md "The `$saguin/` topics").
 	switch {
 	case strings.HasPrefix(t, "$share/"):
 		return decided(b.refuse(cl, pk, withReason(codeTopicInvalid, "$share/ is a subscription form, not a topic")))
@@ -123,7 +123,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 		return decided(b.refuse(cl, pk, withReason(codeNotAuthorized, "$SYS is the broker's")))
 	}
 	if !payloadFormatValid(pk.Properties, pk.Payload) {
-		// MQTT 5 §3.3.2.3.2 lets the receiver check; configuration.md §3.3
+		// MQTT 5 §3.3.2.3.2 lets the receiver check; docs/channels.md "What a publish is answered"
 		// says it does. Refused before anything is stored or delivered.
 		return decided(b.refuse(cl, pk, withReason(codePayloadFormatInvalid,
 			"the Payload Format Indicator says UTF-8, but the payload is not well-formed UTF-8")))

@@ -31,7 +31,7 @@ const (
 )
 
 // publishRateReason begins the reason of a publish-rate refusal, which
-// configuration.md §3.3 logs at debug; inflightReason that of a QoS 2
+// docs/channels.md "What a publish is answered" logs at debug; inflightReason that of a QoS 2
 // publish past the per-client allowance (qos2.go).
 const (
 	publishRateReason = "publish rate exceeded"
@@ -39,7 +39,7 @@ const (
 )
 
 // refused counts one refusal given to cl and logs it, rate-limited per
-// client and kind (operations.md §3.2: refusals at warn). A refused
+// client and kind (docs/operations.md "Logs": refusals at warn). A refused
 // CONNECT ends its connection; any other refusal that does is given by
 // refusedClosing.
 func (b *Broker) refused(level slog.Level, cl *mqtt.Client, kind string, code byte, msg string, args ...any) {
@@ -99,7 +99,7 @@ func (r *filterRefusals) add(filter string, code byte, reason string) {
 }
 
 // logFilterRefusals is the one line a SUBSCRIBE whose filters were refused
-// writes (operations.md §3.2: refusals at warn), however many it refused,
+// writes (docs/operations.md "Logs": refusals at warn), however many it refused,
 // rate-limited per client with the other subscribe refusals: it names the
 // count, the first refused filter, its code and why. Every refused filter
 // is counted under its own code (saguin_subscriptions_refused_total). The

@@ -12,7 +12,7 @@ import (
 // files; saguin --check-config shows them all.
 const maxReloadLines = 20
 
-// ReloadAuthority is SIGUSR1's part (3) (operations.md §3.1): every MQTT
+// ReloadAuthority is SIGUSR1's part (3) (docs/operations.md "Signals"): every MQTT
 // password file, every operator password file (docs/operations.md "Who the caller is") and the ACL
 // read again from the paths the broker started with, all or nothing. A file that does not load changes nothing — each
 // problem is logged at error naming its file and line, and the broker
@@ -70,7 +70,7 @@ func reloadProblems(err error) []string {
 }
 
 // logAuthority says what the broker now authenticates against and
-// authorizes by (operations.md §3.4 item 2, §3.1: each part logs what it
+// authorizes by (docs/operations.md "A start" item 2, §3.1: each part logs what it
 // holds): each password file with its user count, and the ACL with its
 // roles and user patterns — or that there is none.
 func (b *Broker) logAuthority(a *authority, prefix string) {

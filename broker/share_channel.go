@@ -7,7 +7,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// Shared groups over append and latest channels (configuration.md §4.3,
+// Shared groups over append and latest channels (docs/channels.md "Shared subscriptions",
 // delivery-front §6; rfcs/broadcast-log.md): a group is served what is
 // stored after it began — append: new records only, no replay, no
 // offsets, no position moved; latest: changes only, no state pass — split

@@ -269,7 +269,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 // withinSubscriptionLimit refuses, with 0x97 (3.1.1: 0x80), each granted
 // filter that would take the client past limits.max_subscriptions, counted
 // after the SUBSCRIBE: a filter it already holds is a replacement and adds
-// nothing (configuration.md §1.5; invariant 13). The connection stays.
+// nothing (docs/configuration.md "`broker.limits`"; invariant 13). The connection stays.
 func (b *Broker) withinSubscriptionLimit(cl *mqtt.Client, pk packets.Packet, granted []packets.Subscription, codes []byte, v5 bool) []packets.Subscription {
 	max := b.cfg.Broker.Limits.MaxSubscriptions
 	held := cl.State.Subscriptions.GetAll()

@@ -117,7 +117,7 @@ func (b *Broker) willRefusal(pk packets.Packet) (packets.Code, bool) {
 
 // willAllowed asks the ACL whether the client may publish to its Will's
 // topic (docs/channels.md: a Will meets the rules the client's own PUBLISH meets;
-// configuration.md §3, CONNACK 0x87), at CONNECT.
+// docs/security.md "Every refusal, and its code", CONNACK 0x87), at CONNECT.
 func (b *Broker) willAllowed(cl *mqtt.Client, topic string) bool {
 	g, all := b.grantsOf(cl)
 	return all || b.mayPublishTo(g, topic, false)
