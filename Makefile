@@ -21,13 +21,14 @@ run: build
 vet:
 	@for m in $(ALL_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-# 32-bit, as RFC 0001 promises ("32-bit and 64-bit both, and both build").
+# 32-bit: every module builds for 32-bit and 64-bit targets alike
+# (docs/operations.md "32-bit devices").
 # vet-32: every module vetted (test files too) and built for 386 and for
 # arm with GOARM=7 (compile-only). test-386: the storage suite and the
 # broker's invariant guards run as 386 binaries, which an amd64 kernel runs
 # natively; the brokers those tests start are built for 386 too (brokertest
 # builds with the test's GOARCH); and, whole, the packages whose answers
-# RFC 0001 says every build must agree on: sizes (config), saguin-filter
+# every build must agree on: sizes (config), saguin-filter
 # bounds (partition) and topics. Both are part of make test.
 vet-32:
 	@bash scripts/cross-vet.sh

@@ -19,7 +19,7 @@ import (
 	"saguin.dev/broker/internal/logging"
 )
 
-// Connection admission (RFC 0002 §1.5, invariant 13). Fixed, not
+// Connection admission (docs/configuration.md "`broker.limits`", invariant 13). Fixed, not
 // configurable: the overflow budget is min(max_connections, 32), an
 // overflow socket waits up to 50 ms for a slot, and one that got none is
 // closed within 100 ms of that (or connect_timeout if sooner).
@@ -169,7 +169,7 @@ func (b *Broker) admitListener(ln net.Listener, d *config.Listener, layers *door
 	l := &admitListener{Listener: ln, g: b.gate, lim: lim, log: b.log, refusals: b.refusals, now: b.clock.Now,
 		door: d, layers: layers, pending: make(map[*clientConn]struct{}), done: make(chan struct{})}
 	if lim.MaxConnectRate > 0 {
-		// Bursts up to twice the rate (RFC 0002 §1.5).
+		// Bursts up to twice the rate (docs/configuration.md "`broker.limits`").
 		l.pace = newTokenBucket(float64(lim.MaxConnectRate), 2*float64(lim.MaxConnectRate), time.Now())
 	}
 	return l
@@ -202,7 +202,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		if !ok {
 			l.g.closedAtAccept.Add(1)
 			// Overflow budget full: closed at once, nothing read or
-			// written (RFC 0002 §1.5).
+			// written (docs/configuration.md "`broker.limits`").
 			l.log.Debug("connection closed at accept: limits.max_connections reached and the overflow budget is full",
 				"remote", c.RemoteAddr().String())
 			_ = c.Close()
@@ -216,7 +216,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		if w != nil {
 			cc.state, cc.mustWait = stateWaiting, true
 		}
-		// connect_timeout runs from accept (RFC 0002 §1.5): the CONNECT's
+		// connect_timeout runs from accept (docs/configuration.md "`broker.limits`"): the CONNECT's
 		// reads all fall before it, whatever deadline the substrate sets
 		// (clientConn.SetDeadline).
 		_ = c.SetReadDeadline(cc.connectBy)
@@ -235,7 +235,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 }
 
 // wait holds the next accept until max_connect_rate allows it: the excess
-// waits in the kernel's accept queue, not refused (RFC 0002 §1.5).
+// waits in the kernel's accept queue, not refused (docs/configuration.md "`broker.limits`").
 func (l *admitListener) wait() error {
 	if l.pace == nil {
 		return nil
@@ -272,7 +272,7 @@ func (l *admitListener) untrack(c *clientConn) {
 }
 
 // Close stops accepting and closes every socket that has not finished its
-// CONNECT (RFC 0002 §1.5: shutdown closes pre-CONNECT sockets at once; the
+// CONNECT (docs/configuration.md "`broker.limits`": shutdown closes pre-CONNECT sockets at once; the
 // substrate's shutdown would otherwise wait out their connect_timeout).
 func (l *admitListener) Close() error {
 	l.mu.Lock()
@@ -569,7 +569,7 @@ func (c *clientConn) judged(j judgement, data []byte) error {
 // errRefused ends a connection whose packet the framer refused.
 var errRefused = errors.New("packet refused before the substrate read it")
 
-// refuse answers a packet the check refused (configuration.md §3.1, §3.5):
+// refuse answers a packet the check refused (docs/security.md "Every refusal, and its code"):
 // MQTT 5 gets a CONNACK (for the CONNECT) or DISCONNECT with the code, then
 // the close; MQTT 3.1.1, and a connection whose protocol is not known, is
 // closed with nothing. One bounded line is logged.
@@ -595,7 +595,7 @@ func (c *clientConn) refuse(t byte, r *refusal) error {
 
 // awaitSlot is an overflow socket's first read: up to 50 ms in line for a
 // slot; without one, its CONNECT's opening bytes are read and answered
-// server busy, credentials unchecked (RFC 0002 §1.5).
+// server busy, credentials unchecked (docs/configuration.md "`broker.limits`").
 func (c *clientConn) awaitSlot() error {
 	w := c.waiter
 	t := time.NewTimer(overflowWait)
@@ -620,7 +620,7 @@ func (c *clientConn) awaitSlot() error {
 		return nil
 	}
 	if c.l.door != nil && c.l.door.Kind == "ws" {
-		// RFC 0002 §1.5: a ws socket is never answered 0x89 — before its
+		// docs/configuration.md "`broker.limits`": a ws socket is never answered 0x89 — before its
 		// upgrade it cannot be — so it is closed with nothing written.
 		c.letGo()
 		c.refused(refuseConnect, 0x89, "connection closed before its WebSocket upgrade: limits.max_connections reached", "remote", c.RemoteAddr().String())
@@ -695,7 +695,7 @@ func readVersion(r io.Reader, have []byte) byte {
 
 // refuseOversize answers a packet past its limit without reading it: an
 // MQTT 5 CONNECT gets CONNACK 0x95 (3.1.1: closed silently), any later
-// packet DISCONNECT 0x95 (3.1.1: closed) — RFC 0002 §3.1, §3.5.
+// packet DISCONNECT 0x95 (3.1.1: closed) — docs/security.md "Every refusal, and its code".
 func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 	var answer []byte
 	version := c.fr.st.version
@@ -724,7 +724,7 @@ func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 }
 
 // refused counts a refusal this connection was given and logs it at warn,
-// rate-limited (operations.md §3.2) by its client id or, before one is
+// rate-limited (docs/operations.md "Logs") by its client id or, before one is
 // known, by the host it came from: a client reconnecting in a loop uses a
 // new port each time.
 //
@@ -771,12 +771,12 @@ func (c *clientConn) SetReadDeadline(t time.Time) error {
 	return c.Conn.SetReadDeadline(t)
 }
 
-// topicAliasMaximum is fixed (RFC 0002 §1.5): the inbound alias table a
+// topicAliasMaximum is fixed (docs/configuration.md "`broker.limits`"): the inbound alias table a
 // client can make the broker hold is bounded (invariant 13).
 const topicAliasMaximum = 16
 
 // connackPromises adds to an accepting MQTT 5 CONNACK what the substrate
-// leaves out (RFC 0002 §3.7): Maximum Packet Size = max_message_size, so a
+// leaves out (docs/security.md "Every refusal, and its code"): Maximum Packet Size = max_message_size, so a
 // client knows the bound before it meets it, and Topic Alias Maximum 16.
 func (b *Broker) connackPromises(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	if pk.FixedHeader.Type != packets.Connack || pk.ReasonCode >= 0x80 || cl.Properties.ProtocolVersion < 5 {
@@ -785,7 +785,7 @@ func (b *Broker) connackPromises(cl *mqtt.Client, pk packets.Packet) packets.Pac
 	pk.Properties.MaximumPacketSize = uint32(b.cfg.Broker.Limits.MaxMessageSize)
 	pk.Properties.TopicAliasMaximum = topicAliasMaximum
 	if g, all := b.grantsOf(cl); !all && g != nil {
-		// RFC 0002 §3.6, §3.7: what the ACL denies this client, said on its
+		// docs/security.md "A feature the ACL denies"; docs/security.md "Every refusal, and its code": what the ACL denies this client, said on its
 		// CONNACK; Retain Available stays 1 (channel topics still retain).
 		if g.Denies(acl.QoS2) {
 			pk.Properties.MaximumQos, pk.Properties.MaximumQosFlag = 1, true

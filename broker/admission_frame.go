@@ -216,7 +216,7 @@ func anyPacket(b []byte, f func(typ byte, body int) bool) bool {
 
 // endsConnection reports whether b, whole packets, carries a refusing
 // CONNACK or a DISCONNECT: the end of the connection is then decided, and
-// its slot is let go before the answer is written (RFC 0002 §1.5
+// its slot is let go before the answer is written (docs/configuration.md "`broker.limits`"
 // connection admission).
 func endsConnection(b []byte) bool {
 	return anyPacket(b, func(typ byte, body int) bool {

@@ -79,7 +79,7 @@ func TestStartTailReadsOnlyNewRecords(t *testing.T) {
 }
 
 // Retain Handling 2 on a durable consumer with a stored position commits
-// the position at the head: the backlog is dropped (RFC 0003 §8). The
+// the position at the head: the backlog is dropped (docs/channels.md "`append`"). The
 // consumer here holds a stored position and no running subscription: it
 // subscribed to another filter reaching the channel, then unsubscribed.
 func TestRetainHandling2CommitsTheHead(t *testing.T) {
@@ -145,7 +145,7 @@ func TestSizeRetentionRemovesOldestAndMovesTheFloor(t *testing.T) {
 
 // One filter reaching two channels gets each record once, labelled with
 // saguin-channel; a record matched by two of a session's subscriptions is
-// delivered once (RFC 0003 §4, RFC 0002 §2.2).
+// delivered once (docs/channels.md "What a publish is answered", docs/configuration.md "`channels`").
 func TestOneCopyPerRecordAndSaguinChannelAcrossChannels(t *testing.T) {
 	b, _, pub := optionsRig(t)
 	pub1(t, pub, "events/alerts/fire", "a")

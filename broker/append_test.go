@@ -132,7 +132,8 @@ var restartCases = []restartCase{
 	{"memory-SIGTERM", memoryProvider, func(p *brokertest.Process) { p.Term() }},
 }
 
-// The v0.1 acceptance criterion, first half (RFC 0001): a stock client
+// The first acceptance criterion of an append channel (docs/channels.md
+// "`append`"): a stock client
 // replays an append channel from the beginning after a restart, and a
 // durable consumer resumes after what it acknowledged.
 func TestAppendChannelSurvivesRestartAndReplays(t *testing.T) {

@@ -18,9 +18,9 @@ import (
 )
 
 // authority is what the files naming who may connect and what they may do
-// say (RFC 0002 §1.10–§1.12): the MQTT password file of every door, and the
+// say (docs/configuration.md "Password files and `saguin --passwd`"; docs/configuration.md "The ACL file"): the MQTT password file of every door, and the
 // ACL. It is loaded whole and never changed: a SIGUSR1 re-read builds a
-// new one and swaps it in only when every file loads (operations.md §3.1),
+// new one and swaps it in only when every file loads (docs/operations.md "Signals"),
 // so a connection never sees half of a reload.
 type authority struct {
 	// gen numbers the loads: a connection's grants are computed again when
@@ -82,7 +82,7 @@ func passwordFiles(cfg *config.Config) []string {
 }
 
 // emptyDoorFiles refuses a door whose only way in is a password file naming
-// nobody (RFC 0002 §1.10: "names nobody on a listener admitting nobody
+// nobody (docs/configuration.md "Password files and `saguin --passwd`": "names nobody on a listener admitting nobody
 // else" is a failure, at start and at a re-read): such a door would refuse
 // every client while looking configured.
 func emptyDoorFiles(cfg *config.Config, tables map[string]*passwd.Table) []error {
@@ -178,7 +178,7 @@ type connAuth struct {
 	from     string // "password", "certificate", "proxy" or "anonymous"
 	clientID string
 	// notPersistent: the ACL denies persistent, so the session ends with
-	// the connection (RFC 0002 §3.6), decided at CONNECT.
+	// the connection (docs/security.md "A feature the ACL denies"), decided at CONNECT.
 	notPersistent bool
 	grants        atomic.Pointer[grantsAt]
 }
@@ -232,7 +232,7 @@ func (ca *connAuth) grantsUnder(a *authority) *acl.Grants {
 }
 
 // grantsFor are the grants of an identity that is not connected — a Will
-// fired after its connection ended, or at a start (RFC 0002 §4.4: the ACL
+// fired after its connection ended, or at a start (rfcs/wills.md: the ACL
 // is asked again when the Will fires, as the client).
 func (b *Broker) grantsFor(user, clientID string) *acl.Grants {
 	a := b.auth.Load()
@@ -251,7 +251,7 @@ type authRefusal struct {
 	reason string
 }
 
-// authenticate decides who a CONNECT is (RFC 0002 §1.3, §1.10, §1.11):
+// authenticate decides who a CONNECT is (docs/configuration.md "`broker.mqtt`"; docs/configuration.md "Password files and `saguin --passwd`"; docs/security.md "1. Certificates"):
 //   - a certificate's verified name (the door's mutual TLS, or a PROXY
 //     header's verified CN) is the identity, and such a client is never
 //     looked up in a password file;
@@ -281,7 +281,7 @@ func (b *Broker) authenticate(cl *mqtt.Client, pk packets.Packet, a *authority) 
 	if p.certificate {
 		// A certificate that names nobody (no Common Name, no DNS name),
 		// or one the proxy did not verify: the client falls to the
-		// password file or anonymous (RFC 0002 §1.11, §1.3).
+		// password file or anonymous (docs/security.md "1. Certificates"; docs/configuration.md "`broker.mqtt`").
 		attrs := []any{"listener", door.ID}
 		if p.proxied && p.verifyResult != 0 {
 			attrs = append(attrs, "verify_result", p.verifyResult)
@@ -340,7 +340,7 @@ func (b *Broker) refuseAuthentication(cl *mqtt.Client, r *authRefusal) error {
 		return packets.ErrServerShuttingDown
 	}
 	if cl.Properties.ProtocolVersion < 5 {
-		// RFC 0002 §3.1: 0x86 is 3.1.1's 0x04, "bad user name or
+		// docs/security.md "Every refusal, and its code": 0x86 is 3.1.1's 0x04, "bad user name or
 		// password" (the substrate's own mapping says 0x05).
 		_ = b.mqtt.SendConnack(cl, codeV3BadCredentials, false, nil)
 		return r.code

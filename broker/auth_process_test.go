@@ -57,7 +57,7 @@ func lineHolding(text, s string) (int, string) {
 	return 0, ""
 }
 
-// operations.md §3.1 (3), invariant 16, on the real binary: SIGUSR1 makes
+// docs/operations.md "Signals" (3), invariant 16, on the real binary: SIGUSR1 makes
 // the running process read its password file and its ACL again. A user
 // added with saguin --passwd add connects after the signal; a read grant
 // withdrawn from the ACL stops a live subscriber's deliveries, and once

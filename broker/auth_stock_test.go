@@ -96,7 +96,7 @@ func exitCode(err error) int {
 	return -1
 }
 
-// RFC 0002 §1.11: a certificate whose name holds a control character
+// docs/security.md "1. Certificates": a certificate whose name holds a control character
 // names nobody the ACL could know; the CONNECT is refused 0x86 like a bad
 // password, on a mutual-TLS door where the certificate is the only way in.
 func TestCertificateNameWithAControlCharacterIsRefused(t *testing.T) {

@@ -146,7 +146,7 @@ func expectConnackCode(t *testing.T, addr, id string, o mxConnect, code byte, wh
 	}
 }
 
-// RFC 0002 §3.1: every authentication refusal is 0x86 on MQTT 5 and 0x04
+// docs/security.md "Every refusal, and its code": every authentication refusal is 0x86 on MQTT 5 and 0x04
 // on 3.1.1 — a wrong password, an unknown user, no credentials on a door
 // that admits named users only, a name with a control character, a client
 // id the user's client_ids do not admit. A right password is admitted.
@@ -185,7 +185,7 @@ func TestInvariant10_AuthenticationRefusalsOnBothProtocols(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.12, §3.3: a publish the ACL does not grant is refused 0x87
+// docs/configuration.md "The ACL file"; docs/channels.md "What a publish is answered": a publish the ACL does not grant is refused 0x87
 // (3.1.1: the connection is closed), and nothing of it is kept; one it
 // grants is stored. A latest delete needs delete, not write.
 func TestInvariant10_PublishNeedsAGrant(t *testing.T) {
@@ -222,7 +222,7 @@ func TestInvariant10_PublishNeedsAGrant(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.12, §3.2: a SUBSCRIBE filter the ACL does not cover is
+// docs/configuration.md "The ACL file"; docs/security.md "Every refusal, and its code": a SUBSCRIBE filter the ACL does not cover is
 // refused 0x87 (3.1.1: 0x80) with the connection kept; the queue form
 // needs consume.
 func TestInvariant10_SubscribeNeedsAGrant(t *testing.T) {
@@ -254,7 +254,7 @@ func TestInvariant10_SubscribeNeedsAGrant(t *testing.T) {
 	}
 }
 
-// RFC 0002 §3.6: what broker: features denies, on the CONNACK and on the
+// docs/security.md "A feature the ACL denies": what broker: features denies, on the CONNACK and on the
 // packets that ask for it anyway.
 func TestInvariant10_FeatureDenials(t *testing.T) {
 	b, _ := startAuthBroker(t)
@@ -425,7 +425,7 @@ func TestInvariant16_ReloadMovesQueueWorkToAnotherWorkerUnspent(t *testing.T) {
 	}
 }
 
-// operations.md §3.1 (3): a password file re-read adds users at once; a
+// docs/operations.md "Signals" (3): a password file re-read adds users at once; a
 // broken file changes nothing, is logged at error naming its file and
 // line, and the broker keeps serving those it knew.
 func TestPasswordReloadIsAllOrNothing(t *testing.T) {
@@ -455,7 +455,7 @@ func TestPasswordReloadIsAllOrNothing(t *testing.T) {
 	c.disconnect()
 }
 
-// RFC 0002 §1.5, §1.12: an ACL entry's limits replace the broker-wide
+// docs/configuration.md "`broker.limits`"; docs/configuration.md "The ACL file": an ACL entry's limits replace the broker-wide
 // publish figures for its users: past publish_rate, PUBACK 0x97 naming the
 // entry's limit, the connection kept; the budget refills with time (the
 // broker's clock, injected).
@@ -479,7 +479,7 @@ func TestACLEntryLimitsBoundItsUsersPublishRate(t *testing.T) {
 	}
 }
 
-// RFC 0002 §4.4: the ACL is asked again when a Will fires, as the
+// rfcs/wills.md: the ACL is asked again when a Will fires, as the
 // identity that armed it: a grant withdrawn by a reload after the CONNECT
 // keeps the Will from being published.
 func TestWillRefusedWhenItsGrantWasWithdrawnBeforeItFired(t *testing.T) {
@@ -501,7 +501,7 @@ func TestWillRefusedWhenItsGrantWasWithdrawnBeforeItFired(t *testing.T) {
 	}
 }
 
-// RFC 0002 §2.3, §3.3: $saguin/sessions/disconnect hangs up the client
+// docs/channels.md "The `$saguin/` topics"; docs/channels.md "What a publish is answered": $saguin/sessions/disconnect hangs up the client
 // its payload names — DISCONNECT 0x98, its session kept — answering
 // hung-up or no-such-client on the requester's Response Topic before the
 // PUBACK; without the disconnect verb 0x87, without a Response Topic, an

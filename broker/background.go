@@ -29,7 +29,7 @@ func (b *Broker) flushPositions(force bool) {
 }
 
 // sizeSweepInterval: the size sweep decides how far above retention_bytes a
-// channel may sit, so it is frequent and fixed (RFC 0003 "When retention
+// channel may sit, so it is frequent and fixed (docs/channels.md "When retention
 // removes").
 const sizeSweepInterval = time.Second
 

@@ -244,7 +244,7 @@ func (b *Broker) logBroadcast(m *broadcastMsg) func() {
 	return func() { l.end(t) }
 }
 
-// recordOfMsg is the stored form of a broadcast message (RFC 0003 §4).
+// recordOfMsg is the stored form of a broadcast message (docs/channels.md "What a publish is answered").
 func recordOfMsg(m *broadcastMsg, ts time.Time, id string) storage.Record {
 	p := m.props
 	rec := storage.Record{Topic: m.topic, Timestamp: ts, Payload: m.payload, ContentType: p.ContentType,

@@ -114,7 +114,7 @@ type Broker struct {
 
 	claims idClaims // per client id: CONNECT takeover vs teardown (invariant 17)
 	// spaces tracks the partition counts subscribers declare per filter, to
-	// warn when two disagree (RFC 0003 "Client-declared partitioning").
+	// warn when two disagree (rfcs/partition.md).
 	spaces partition.Spaces
 
 	mu       sync.Mutex
@@ -171,7 +171,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		opts.Logger = logging.New(os.Stdout, logLevel(cfg.Broker.LogLevel))
 	} else {
 		// A client's mistake is at most one bounded line whatever handler
-		// the caller chose (operations.md §3.2).
+		// the caller chose (docs/operations.md "Logs").
 		opts.Logger = slog.New(logging.Bounded(opts.Logger.Handler()))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -214,7 +214,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 		return nil, err
 	}
 	// Before any storage opens: the files naming who may connect are read
-	// and checked whole (RFC 0002 §5), as --check-config reads them.
+	// and checked whole (docs/operations.md "A start"), as --check-config reads them.
 	auth, err := loadAuthority(cfg, b.authGen.Add(1))
 	if err != nil {
 		return nil, err
@@ -245,7 +245,7 @@ func New(cfg *config.Config, opts Options) (_ *Broker, err error) {
 func logLevel(s string) slog.Level { return logging.LevelOf(s) }
 
 // openChannels opens the providers channels use (a provider no channel
-// names stays closed: RFC 0002 §1.6) and each channel's store.
+// names stays closed: docs/configuration.md "`broker.storage`") and each channel's store.
 func (b *Broker) openChannels() error {
 	for _, cc := range b.cfg.Channels {
 		p, err := b.provider(cc.Storage)
@@ -291,7 +291,7 @@ func (b *Broker) openChannels() error {
 		return errors.New("the configuration has no topic resolver: it was not made by config.Load")
 	}
 	b.routing = newRouting(b.cfg)
-	b.countStrayLatestValues() // latest.go: RFC 0002 §2.1, a filter edited
+	b.countStrayLatestValues() // latest.go: docs/configuration.md "`channels`", a filter edited
 	return nil
 }
 
@@ -352,7 +352,7 @@ func (b *Broker) newServer() *mqtt.Server {
 	// What every MQTT 5 CONNACK advertises, and what a connection's
 	// pipelined publishes are bounded by (inbound.go).
 	caps.ReceiveMaximum = receiveMaximum
-	// invariant 13: inbound alias table bounded (RFC 0002 §1.5: fixed at 16).
+	// invariant 13: inbound alias table bounded (docs/configuration.md "`broker.limits`": fixed at 16).
 	caps.TopicAliasMaximum = topicAliasMaximum
 	// The substrate's outbound queue carries nothing of Sagüin's: broadcast
 	// goes through each session's outbox, bounded by
@@ -413,14 +413,14 @@ func (b *Broker) Start() error {
 		b.logListening(l, ln.Addr().String(), b.layers[l.ID]) // doors.go
 		statements = append(statements, doorStatement(l, ln.Addr().String(), b.layers[l.ID]))
 	}
-	// RFC 0005 §1.1: the operations doors bind with the MQTT doors, and
+	// docs/configuration.md "`broker.operations`": the operations doors bind with the MQTT doors, and
 	// serve at once (ops.go).
 	if err := b.startOperations(); err != nil {
 		b.stopOperations()
 		b.closeListeners()
 		return err
 	}
-	// operations.md §3.3: the pid file says the broker can be reached, so
+	// docs/operations.md "The pid file": the pid file says the broker can be reached, so
 	// it is written once every door is bound (the signal handlers are
 	// installed by the caller before New), before serving.
 	if err := b.writePIDFile(); err != nil {

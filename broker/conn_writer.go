@@ -207,7 +207,7 @@ func (c *clientConn) Write(b []byte) (int, error) {
 func (c *clientConn) write(b []byte, bound time.Duration) (int, error) {
 	if endsConnection(b) {
 		// The slot is let go before the refusal or DISCONNECT is written
-		// (RFC 0002 §1.5 connection admission).
+		// (docs/configuration.md "`broker.limits`" connection admission).
 		c.letGo()
 	}
 	st := c.counts()

@@ -16,7 +16,7 @@ import (
 // the keep-alive it asked for.
 func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 	if reason, bad := b.clientIDRefusal(pk); bad {
-		// configuration.md §3: 0x85 (3.1.1: 0x02, which the substrate maps).
+		// docs/security.md "Every refusal, and its code": 0x85 (3.1.1: 0x02, which the substrate maps).
 		b.refused(slog.LevelWarn, cl, refuseConnect, packets.ErrClientIdentifierNotValid.Code,
 			"CONNECT refused: client identifier", "reason", reason)
 		code := withReason(packets.ErrClientIdentifierNotValid, reason)
@@ -27,8 +27,7 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return code
 	}
 	// Who the client is, before anything else about it is judged: a
-	// client that fails authentication learns nothing more (RFC 0002
-	// §3.1: features are checked only after authentication).
+	// client that fails authentication learns nothing more (docs/security.md "Every refusal, and its code": features are checked only after authentication).
 	ca, err := b.admitIdentity(cl, pk)
 	if err != nil {
 		return err
@@ -44,11 +43,11 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 	}
 	if pk.Connect.WillFlag && !b.willAllowed(cl, pk.Connect.WillTopic) {
 		// A Will is a publish the client asks the broker to make for it:
-		// it meets the client's own rules (RFC 0003, CONNACK 0x87).
+		// it meets the client's own rules (docs/channels.md, CONNACK 0x87).
 		return b.refuseWill(cl, withReason(codeNotAuthorized, "Will topic is not one this client may publish to"))
 	}
 	if !all && g.Denies(acl.Persistent) {
-		// RFC 0002 §3.6: accepted, with a session that ends with the
+		// docs/security.md "A feature the ACL denies": accepted, with a session that ends with the
 		// connection — Session Expiry 0 on the CONNACK (MQTT 5), made
 		// clean (3.1.1).
 		ca.notPersistent = true
@@ -60,7 +59,7 @@ func (b *Broker) checkConnect(cl *mqtt.Client, pk packets.Packet) error {
 }
 
 // admitIdentity authenticates the CONNECT and, under an ACL, checks that
-// the identity may use this client id (RFC 0002 §1.12 client_ids, 0x86).
+// the identity may use this client id (docs/configuration.md "The ACL file" client_ids, 0x86).
 // The identity is kept on the connection for every later question.
 func (b *Broker) admitIdentity(cl *mqtt.Client, pk packets.Packet) (*connAuth, error) {
 	a := b.auth.Load()
@@ -77,7 +76,7 @@ func (b *Broker) admitIdentity(cl *mqtt.Client, pk packets.Packet) (*connAuth, e
 		ca.grants.Store(&grantsAt{gen: a.gen, g: g})
 		for _, w := range g.Withheld() {
 			// Once per connection: the rule would have widened past this
-			// client's own name (RFC 0002 §1.12).
+			// client's own name (docs/configuration.md "The ACL file").
 			b.log.Warn("ACL rule withheld for this client: substituting its name would widen it",
 				"client", cl.ID, "user", ca.user, "role", w.Grant.Role, "rule", w.Grant.Subject, "reason", w.Reason)
 		}
@@ -88,8 +87,7 @@ func (b *Broker) admitIdentity(cl *mqtt.Client, pk packets.Packet) (*connAuth, e
 	return ca, nil
 }
 
-// willFeatureRefusal applies the ACL's feature denials to a Will (RFC 0002
-// §3.6): no Will at all (0x87), no QoS 2 Will (0x9B), no retained Will on
+// willFeatureRefusal applies the ACL's feature denials to a Will (docs/security.md "A feature the ACL denies"): no Will at all (0x87), no QoS 2 Will (0x9B), no retained Will on
 // a broadcast topic (0x9A).
 func willFeatureRefusal(g *acl.Grants, pk packets.Packet, r interface{ Resolve(string) (string, bool) }) (packets.Code, bool) {
 	c := pk.Connect
@@ -106,7 +104,7 @@ func willFeatureRefusal(g *acl.Grants, pk packets.Packet, r interface{ Resolve(s
 	return packets.Code{}, false
 }
 
-// capKeepalive applies limits.max_keepalive (configuration.md §1.5): an MQTT
+// capKeepalive applies limits.max_keepalive (docs/configuration.md "`broker.limits`"): an MQTT
 // 5 client asking for more, or for none (0), is given the ceiling as Server
 // Keep Alive on its CONNACK, and the substrate arms the read deadline from
 // it. A silent client is then found within the ceiling, not never. MQTT
@@ -123,8 +121,7 @@ func (b *Broker) capKeepalive(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-// clientIDRefusal decides a CONNECT's client identifier (configuration.md
-// §3, 0x85): longer than limits.max_client_id_length (checked on the
+// clientIDRefusal decides a CONNECT's client identifier (docs/security.md "Every refusal, and its code", 0x85): longer than limits.max_client_id_length (checked on the
 // declared bytes, invariant 13), empty while asking to resume a session, or
 // holding a control character (U+0001–U+001F, U+007F–U+009F) that would
 // corrupt every log line naming the client.

@@ -24,7 +24,7 @@ const (
 )
 
 // consumer is one session's reading of one append channel: a cursor, not a
-// buffered copy, so it cannot overflow (RFC 0003 §8). It is served by a pump
+// buffered copy, so it cannot overflow (docs/channels.md "`append`"). It is served by a pump
 // goroutine of its own while the session is connected (invariant 16: a
 // delivery never runs on the publisher's goroutine).
 type consumer struct {
@@ -41,7 +41,7 @@ type consumer struct {
 	// batch is the pump's reusable buffer of prepared deliveries.
 	batch []prepared
 	// era ends when a seek moves the position: acknowledgements of
-	// deliveries from a closed era are ignored (RFC 0003 §8 "Seek").
+	// deliveries from a closed era are ignored (docs/channels.md "`append`" "Seek").
 	era uint64
 	// stored is the last position written to storage; dirty says the
 	// position moved since.
@@ -63,7 +63,7 @@ func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
 }
 
 // position is the lowest offset not acknowledged: what a restart resumes
-// from. It lags, never leads (RFC 0003 §8).
+// from. It lags, never leads (docs/channels.md "`append`").
 func (c *consumer) positionLocked() uint64 {
 	pos := c.next
 	for _, off := range c.inflight {
@@ -233,7 +233,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	m, ok := c.match(rec, cl)
 	if !ok {
 		// Nothing of this session's wants the record (filters, No Local):
-		// the position steps past it (RFC 0003 §7).
+		// the position steps past it (docs/channels.md "Broadcast").
 		c.mu.Lock()
 		if c.era == era && c.next == rec.Offset {
 			c.next = rec.Offset + 1
@@ -368,7 +368,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 			c.unsend(p)
 		}
 		if errors.Is(err, packets.ErrPacketTooLarge) {
-			// RFC 0003 §5: a record too large for the subscriber's Maximum
+			// docs/channels.md "What a delivery carries": a record too large for the subscriber's Maximum
 			// Packet Size disconnects it with 0x95 and is never skipped:
 			// the position stays below it.
 			c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
@@ -388,7 +388,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 	}
 	if qos0 {
 		// QoS 0 advances as it is written to the socket: at-most-once from
-		// the socket on (RFC 0003 §8).
+		// the socket on (docs/channels.md "`append`").
 		c.mu.Lock()
 		c.dirty = c.positionLocked() != c.stored
 		c.mu.Unlock()
@@ -433,12 +433,12 @@ func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
 	defer c.sess.mu.Unlock()
 	for _, s := range c.sess.subs {
 		// A declared slice narrows replay and live records alike; a record
-		// outside it is stepped past (RFC 0003 "Client-declared
+		// outside it is stepped past (docs/channels.md "Client-declared
 		// partitioning").
 		if !topic.Match(s.filter, rec.Topic) || !s.partition.Match(rec.Topic) {
 			continue
 		}
-		// No Local (RFC 0003 §7): the stored publisher id decides; a record
+		// No Local (docs/channels.md "Broadcast"): the stored publisher id decides; a record
 		// with none is delivered.
 		if s.noLocal && rec.PublisherID != "" && rec.PublisherID == c.sess.id {
 			continue

@@ -87,8 +87,7 @@ func publishAll(t *testing.T, pub *brokertest.Client) time.Duration {
 // write_timeout, disconnected. The QoS 1 one is held within its session's
 // bound: at most half of limits.session_queue_bytes is written and
 // unacknowledged, which its socket takes without blocking, and past the
-// bound the oldest waiting message is given up and counted (RFC 0002
-// "limits.session_queue_bytes": not disconnected for being full).
+// bound the oldest waiting message is given up and counted (docs/configuration.md "`broker.limits`": not disconnected for being full).
 func TestInvariant16_DeafSubscriberDelaysNoPublisher(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), deafConfig))
 	addr := b.Address()

@@ -171,7 +171,7 @@
 // the session's end (willAtSessionEnd) or when its delay is over (willLoop,
 // fireDueWills), through publishWill, which takes the clients' publish path.
 //
-// The operations listener (RFC 0005 §1; ops.go, served by
+// The operations listener (rfcs/operations-listener.md; ops.go, served by
 // broker/internal/ops) answers HTTP beside all this and changes nothing:
 // /health takes the publish path's locks for a moment (health.go
 // publishPathOpen); the /v1/operations/ routes copy what they show under

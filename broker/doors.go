@@ -38,7 +38,7 @@ const (
 )
 
 // doorLayers builds the layers of every MQTT door that has any, reading
-// every TLS door's files (RFC 0002 §1.3: a bad certificate stops the
+// every TLS door's files (docs/configuration.md "`broker.mqtt`": a bad certificate stops the
 // start, naming the door, before any port opens; every door's problem is
 // reported at once).
 func (b *Broker) doorLayers() (map[string]*doorpkg.Layers, error) {
@@ -71,8 +71,7 @@ func (b *Broker) doorLayers() (map[string]*doorpkg.Layers, error) {
 	return out, nil
 }
 
-// doorStatement is how a door shows in its listening line (RFC 0005
-// §3.4): its name when it has one of its own, its kind, its address and
+// doorStatement is how a door shows in its listening line (docs/operations.md "A start"): its name when it has one of its own, its kind, its address and
 // its layers — "tcp 0.0.0.0:1883", "fleet tcp 0.0.0.0:8883 (tls)".
 func doorStatement(l config.Listener, addr string, ly *doorpkg.Layers) string {
 	s := l.Kind + " " + addr
@@ -151,7 +150,7 @@ func gone(err error) bool {
 
 // layerReady notes what a connection's layers learnt that the operator
 // must hear of: a certificate that names nobody, or a proxied one the
-// proxy did not verify (RFC 0002 §1.3, §1.11). Rate-limited per remote
+// proxy did not verify (docs/configuration.md "`broker.mqtt`"; docs/security.md "1. Certificates"). Rate-limited per remote
 // host: one client reconnecting is not a line per attempt.
 func (b *Broker) layerReady(l *config.Listener, c *doorpkg.Conn) {
 	p := c.Peer()
@@ -188,15 +187,14 @@ func remoteSource(remote string) string {
 }
 
 // ReloadCertificates re-reads every TLS door's certificate, key and client
-// CA from the files the door was started with (RFC 0005 §3.1 item 4), all
+// CA from the files the door was started with (docs/operations.md "Signals" item 4), all
 // or nothing: if any file of any door is bad, each is logged naming its
 // door and file, nothing is applied, and every door serves what it had.
 // Otherwise every connection accepted from now on is served the new files
 // (a connected client keeps its connection), and each door's line says
 // what it now holds.
 //
-// The operations listener's TLS doors are read in the same pass (RFC 0005
-// §1.4): a bad file on any door, MQTT or operations, changes none.
+// The operations listener's TLS doors are read in the same pass (docs/operations.md "Who the caller is"): a bad file on any door, MQTT or operations, changes none.
 func (b *Broker) ReloadCertificates() error {
 	type reload struct {
 		name  string
@@ -253,7 +251,7 @@ func (b *Broker) tlsDoors() []tlsDoor {
 }
 
 // ReloadOrigins applies each ws door's same_origin and allowed_origins
-// from a re-read configuration (RFC 0005 §3.1 item 2) to the upgrades from
+// from a re-read configuration (docs/operations.md "Signals" item 2) to the upgrades from
 // now on. A door is matched by its id; one the file no longer has keeps
 // its origins (doors are opened and closed only at start).
 func (b *Broker) ReloadOrigins(cfg *config.Config) {
@@ -284,7 +282,7 @@ func (b *Broker) ReloadOrigins(cfg *config.Config) {
 }
 
 // peerIdentity is what a connection's door knows of its client, for the
-// CONNECT's authentication (RFC 0002 §1.3, §1.11).
+// CONNECT's authentication (docs/configuration.md "`broker.mqtt`"; docs/security.md "1. Certificates").
 type peerIdentity struct {
 	// door is the door the client came through.
 	door *config.Listener
@@ -296,7 +294,7 @@ type peerIdentity struct {
 	from string
 	// certificate: the client presented a certificate, to this door or to
 	// the proxy (a certificate client is never looked up in a password
-	// file, RFC 0002 §1.11).
+	// file, docs/security.md "1. Certificates").
 	certificate bool
 	// proxied: the door read a PROXY header for this connection; then
 	// verifyResult is its SSL TLV's verify result (0: verified, or no TLV)

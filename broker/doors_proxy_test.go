@@ -48,7 +48,7 @@ func connectProxied(t *testing.T, b *brokertest.Broker, sock string, header []by
 	return awaitPeer(t, b, id)
 }
 
-// RFC 0002 §1.3 proxy_protocol: the client's address and a certificate's
+// docs/configuration.md "`broker.mqtt`" proxy_protocol: the client's address and a certificate's
 // CN come from the PROXY v2 header. The CN is the client's name only when
 // the SSL TLV says TLS and a certificate and a verify result of 0; with
 // any other verify result the client has no name, and the line says

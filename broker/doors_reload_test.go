@@ -29,7 +29,7 @@ func servedSerial(t *testing.T, addr string, pki *brokertest.PKI) *big.Int {
 	return c.ConnectionState().PeerCertificates[0].SerialNumber
 }
 
-// RFC 0005 §3.1 item 4, certificate rotation: the files are replaced and
+// docs/operations.md "Signals" item 4, certificate rotation: the files are replaced and
 // the certificates reloaded; a client connected with the old certificate
 // stays connected and served, a new connection is served the new
 // certificate (its serial in the handshake), and the door's line says
@@ -120,7 +120,7 @@ func TestTLSCertificateReloadIsAllOrNothing(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.3: a certificate that cannot be served stops the start
+// docs/configuration.md "`broker.mqtt`": a certificate that cannot be served stops the start
 // before any port opens, naming each door — all of them at once — and
 // nothing is opened (the loader checked the files; they broke after).
 func TestBadCertificateStopsTheStartNamingEveryDoor(t *testing.T) {
@@ -160,7 +160,7 @@ func TestBadCertificateStopsTheStartNamingEveryDoor(t *testing.T) {
 	}
 }
 
-// RFC 0005 §3.4: each door's listening line names it — its name when it
+// docs/operations.md "A start": each door's listening line names it — its name when it
 // has one, its kind, its address, its layers — and what it does with
 // client certificates.
 func TestListeningLinesNameEachDoorsLayers(t *testing.T) {

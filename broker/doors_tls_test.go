@@ -131,7 +131,7 @@ func mosquittoPub(port, topic, msg string, tlsArgs ...string) (string, error) {
 	return string(out), err
 }
 
-// RFC 0002 §1.3, §1.11 with stock clients: mosquitto_sub and mosquitto_pub
+// docs/configuration.md "`broker.mqtt`"; docs/security.md "1. Certificates" with stock clients: mosquitto_sub and mosquitto_pub
 // verify the broker's certificate (--cafile) on a TLS door; on a mutual-TLS
 // door a client without a certificate fails its handshake and one with a
 // certificate is served, its Common Name exposed as a verified name; on a
@@ -286,7 +286,7 @@ func TestTLSDoorServesPahoMQTT5(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.5: connect_timeout covers the TLS handshake, from accept. A
+// docs/configuration.md "`broker.limits`": connect_timeout covers the TLS handshake, from accept. A
 // client that opens a socket to a TLS door and never sends a ClientHello
 // is closed at the deadline, with nothing written; one that completes its
 // handshake and then sends nothing is closed too.

@@ -136,7 +136,7 @@ func rawUpgrade(t *testing.T, addr, origin string) (string, string) {
 	return resp.Status, string(body)
 }
 
-// RFC 0002 §1.3: a page whose origin the door does not admit is answered
+// docs/configuration.md "`broker.mqtt`": a page whose origin the door does not admit is answered
 // HTTP 403 before any upgrade, and a client retrying in a loop writes one
 // bounded warn line, not one per attempt. same_origin and allowed_origins
 // alone and together; same_origin false with no list admits every page; a
@@ -281,7 +281,7 @@ func TestWebSocketFramesCarryMQTTAsAStream(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.5: max_connect_size and max_message_size apply to the MQTT
+// docs/configuration.md "`broker.limits`": max_connect_size and max_message_size apply to the MQTT
 // bytes inside WebSocket frames as on tcp: an oversized CONNECT is answered
 // CONNACK 0x95, an oversized PUBLISH DISCONNECT 0x95, both over the
 // WebSocket.
@@ -326,7 +326,7 @@ func TestWebSocketLimitsApplyInsideFrames(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.5: a ws socket takes its connection slot at accept, before
+// docs/configuration.md "`broker.limits`": a ws socket takes its connection slot at accept, before
 // its upgrade — a socket that has not even sent its request holds it, and
 // a tcp client then gets 0x89 — and a ws socket for which there is no slot
 // is closed with nothing written (never 0x89, no HTTP answer). The upgrade

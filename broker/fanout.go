@@ -180,7 +180,7 @@ type fanout struct {
 const fanoutTurns = 4096
 
 // BroadcastStats counts broadcast deliveries that were not made, by cause
-// (RFC 0003 "Broadcast": broadcast is the one place Sagüin drops, and every
+// (docs/channels.md "Broadcast": broadcast is the one place Sagüin drops, and every
 // drop is counted).
 type BroadcastStats struct {
 	// DroppedQoS0: QoS 0 deliveries past a subscriber's outbound buffer (half
@@ -409,7 +409,7 @@ func (o *outbox) poke() {
 }
 
 // offer queues m for the session, within limits.session_queue_bytes
-// (invariant 13, RFC 0002 "limits.session_queue_bytes"; rfcs/fanout.md).
+// (invariant 13, docs/configuration.md "`broker.limits`"; rfcs/fanout.md).
 // The bound is split in two halves, each charged what it holds, so the
 // whole never passes the bound and moving a message from one to the other
 // never needs room the other gave away:
@@ -671,7 +671,7 @@ func (o *outbox) pubrecd(pid uint16) bool {
 
 // wireRoom reports whether one more QoS 1/2 delivery of a message charged
 // c while waiting may be written: at most half the bound is written and
-// unacknowledged (RFC 0002 "limits.session_queue_bytes"), though one always
+// unacknowledged (docs/configuration.md "`broker.limits`"), though one always
 // may be.
 func (o *outbox) wireRoom(b *Broker, c int64) bool {
 	o.mu.Lock()

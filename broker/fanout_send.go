@@ -209,7 +209,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			refused = true
 			// invariant 16: asked per delivery, not only at SUBSCRIBE. Not
 			// sent where the grant is refused now; let go like an
-			// acknowledged one (RFC 0003 "Broadcast").
+			// acknowledged one (docs/channels.md "Broadcast").
 			outcome = shapeUnmatched
 		}
 		if outcome != shapeDeliver {
@@ -240,7 +240,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 		if err := b.encodeBroadcast(buf, e.m, &pk, v, maxSize); err != nil {
 			o.s.deliv.release(pk.PacketID, o)
 			if o.take(e.seq, 0, true) {
-				// RFC 0003 §5: a broadcast message too large for the
+				// docs/channels.md "What a delivery carries": a broadcast message too large for the
 				// subscriber is dropped for it; it stays connected.
 				b.fan.tooLarge.Add(1)
 				b.log.Debug("broadcast delivery not written", "client", cl.ID, "topic", e.m.topic, "error", err)
@@ -294,7 +294,7 @@ const (
 // the substrate's publishToClient applied and the ones it missed:
 //
 //   - matched against the session's subscriptions as they are now; a
-//     message nothing matches any more is not sent (RFC 0003 "Broadcast");
+//     message nothing matches any more is not sent (docs/channels.md "Broadcast");
 //   - No Local per subscription: a subscription with it set does not
 //     deliver its own client's message, another without it still does
 //     (MQTT-3.8.3-3; the substrate OR-ed the flag over all of them);
@@ -336,8 +336,7 @@ func shapeBroadcast(e owed, subs map[string]packets.Subscription, declared map[s
 			if !topic.Match(filter, m.topic) || (sub.NoLocal && m.origin == id) {
 				continue
 			}
-			// A declared slice narrows live broadcast too (RFC 0003
-			// "Client-declared partitioning").
+			// A declared slice narrows live broadcast too (rfcs/partition.md).
 			if d, ok := declared[filter]; ok && !d.Match(m.topic) {
 				continue
 			}

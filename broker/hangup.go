@@ -7,7 +7,7 @@ import (
 	"saguin.dev/broker/acl"
 )
 
-// hangUpTopic is the operator's hang-up as an MQTT publish (RFC 0002 §2.3):
+// hangUpTopic is the operator's hang-up as an MQTT publish (docs/channels.md "The `$saguin/` topics"):
 // the payload names the client id whose connection the broker ends. It is
 // not an operations-listener route on purpose: it is gated by the ACL, like
 // everything a client asks, and answered on the wire like a point read.
@@ -19,8 +19,7 @@ const (
 	noSuchClient = "no-such-client"
 )
 
-// hangUp serves a publish to $saguin/sessions/disconnect (RFC 0002 §2.3,
-// §3.3): the client named by the payload is sent DISCONNECT 0x98 and its
+// hangUp serves a publish to $saguin/sessions/disconnect (docs/channels.md "The `$saguin/` topics"; docs/channels.md "What a publish is answered"): the client named by the payload is sent DISCONNECT 0x98 and its
 // connection ends (within write_timeout: the DISCONNECT is a write like any
 // other); its session is left as its expiry says — this ends a
 // connection, not a session. The requester needs the broker: sessions

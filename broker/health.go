@@ -2,7 +2,7 @@ package broker
 
 import "time"
 
-// publishPathOpen is /health's probe (RFC 0005 §1.2): can a publish enter
+// publishPathOpen is /health's probe (docs/operations.md "The routes"): can a publish enter
 // the broker now? A broadcast publish, the one path every publish may
 // take, holds two of the broker's locks: Broker.retainedOrder for reading
 // (a retained one, across its store and fan-out; a SUBSCRIBE's retained

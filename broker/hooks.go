@@ -58,8 +58,10 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	return h.b.checkConnect(cl, pk)
 }
 
-// Authentication and the ACL file land in a later step; until then every
-// client is admitted, as RFC 0002 §1.3 says for a broker with no password file.
+// The substrate's own gates admit everything: authentication is done in
+// OnConnect (checkConnect, auth.go) and the ACL is asked by Sagüin's own
+// paths (permissions.go), at CONNECT, at each packet and at every delivery
+// (docs/configuration.md "The ACL file", rfcs/acl.md).
 // The topic of a PUBLISH may reach OnACLCheck marked (substrate_topics.go):
 // a check written here judges unmarked(topic).
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool { return true }
@@ -236,7 +238,7 @@ func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // OnClientExpired: the session's expiry passed while it was away. Its
 // positions go now, not at the next start, or a replacement device with the
-// same client id would inherit them (RFC 0003 §8).
+// same client id would inherit them (docs/channels.md "`append`").
 func (h *hook) OnClientExpired(cl *mqtt.Client) {
 	h.b.endSession(cl.ID, nil)
 }

@@ -471,8 +471,7 @@ func (in *inbound) outcome(e *inEntry) (packets.Code, bool) {
 
 // answer adds the entry's answer to acks: a PUBACK (its code a
 // refusal's when refused), nothing at QoS 0. A 3.1.1 client, which has no
-// reason codes, is closed instead of sent a refusing PUBACK (RFC 0002
-// §3.3, as refuse), after the answers before it are written.
+// reason codes, is closed instead of sent a refusing PUBACK (docs/channels.md "What a publish is answered", as refuse), after the answers before it are written.
 func (in *inbound) answer(acks *bytes.Buffer, e *inEntry, code packets.Code, refused bool) {
 	if e.qos == 0 {
 		return

@@ -11,7 +11,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// A latest channel (RFC 0003 §9) keeps one current value per topic in a
+// A latest channel (docs/channels.md "`latest`") keeps one current value per topic in a
 // storage.ValueStore. A zero-length publish deletes: it is stored as a
 // tombstone — a value with an empty payload and an offset of its own — so
 // a subscriber that was there hears of it live, a point read answers it as
@@ -30,7 +30,7 @@ import (
 const latestSweepLimit = 100000
 
 // deletionsProperty is the SUBSCRIBE User Property asking for tombstones in the
-// current-state pass (RFC 0003 §9). Its presence is the request.
+// current-state pass (docs/channels.md "`latest`"). Its presence is the request.
 const deletionsProperty = "saguin-deletions"
 
 // isTombstone: a latest value with no payload is a deletion.
@@ -45,7 +45,7 @@ func isTombstone(rec *storage.Record) bool { return len(rec.Payload) == 0 }
 // The look and the store are one step among deletes (ch.deleteMu): two
 // concurrent deletes of one value that both looked before either stored
 // would store two tombstones, the second a delete of a key with no value
-// that no order of the two explains (RFC 0003 §9; found by chaos seed 4000
+// that no order of the two explains (docs/channels.md "`latest`"; found by chaos seed 4000
 // as two tombstones sent for state/k2 at consecutive offsets). A value
 // publish needs no lock: a delete that looked before it landed is ordered
 // before it, one that stores after it deletes it.
@@ -81,7 +81,7 @@ func latestServable(ch *channel, rec *storage.Record, now time.Time) bool {
 }
 
 // sweepLatest removes values past retention_period and tombstones past
-// deletion_retention_period, on the age sweep (RFC 0003 "When retention
+// deletion_retention_period, on the age sweep (docs/channels.md "When retention
 // removes"). RemoveIf takes a value only while it is still the one judged,
 // so a publish landing during the sweep is never removed with it. Nobody
 // is told: retention is silent.
@@ -126,7 +126,7 @@ func (b *Broker) sweepLatest() {
 }
 
 // countStrayLatestValues logs, per latest channel, how many stored values
-// sit under a topic the channel's filter no longer claims (RFC 0002 §2.1:
+// sit under a topic the channel's filter no longer claims (docs/configuration.md "`channels`":
 // editing a filter moves no stored records). Those values are not served
 // by this channel: another channel, or broadcast, holds the topic now.
 func (b *Broker) countStrayLatestValues() {
@@ -180,10 +180,10 @@ type latestSubscribe struct {
 }
 
 // addLatestSubscriptions gives one SUBSCRIBE's granted filters their
-// consumers on every latest channel they reach (RFC 0002 §2.2), and queues
+// consumers on every latest channel they reach (docs/configuration.md "`channels`"), and queues
 // each consumer's current-state pass: every reachable topic's value, with
 // RETAIN set, for the filters whose Retain Handling asks for it — 0 always,
-// 1 when the subscription is new, 2 never (RFC 0003 §9; 3.1.1 has no Retain
+// 1 when the subscription is new, 2 never (docs/channels.md "`latest`"; 3.1.1 has no Retain
 // Handling, so every SUBSCRIBE gets it). deletions is the packet's
 // saguin-deletions. The pass covers the values stored before this moment;
 // what is stored from now on is a change, so a publish racing the SUBACK is
@@ -253,7 +253,7 @@ func (b *Broker) addLatestSubscriptions(s *session, cl *mqtt.Client, subs []late
 // restoreLatestSubscription gives a filter of a session restored at start
 // its consumers on the latest channels it reaches. Marks live in memory
 // only, so each comes back without one: the session is served the full
-// current state when it resumes (RFC 0003 §9 "Reconnecting consumer").
+// current state when it resumes (docs/channels.md "`latest`" "Reconnecting consumer").
 func (b *Broker) restoreLatestSubscription(s *session, f packets.Subscription) {
 	reached := b.resolver.Reaching(f.Filter)
 	chans := b.latestChannelsOf(reached)

@@ -44,7 +44,7 @@ func (r *racingGets) Get(topic string) (storage.Record, bool, error) {
 	return rec, ok, err
 }
 
-// invariant 14 / RFC 0003 §9 ("deleting a topic with no value stores
+// invariant 14 / docs/channels.md "`latest`" ("deleting a topic with no value stores
 // nothing"): two concurrent deletes of a key holding a value store one
 // tombstone, not two. Chaos seed 4000 (state/k2): deletes lprod-1-2882 and
 // lprod-2-2818 overlapped, both saw lprod-2-2817 as the current value, and

@@ -15,8 +15,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// latestConsumer is one session's reading of one latest channel (RFC 0003
-// §9). It is a cursor into the channel's value store, read in offset order
+// latestConsumer is one session's reading of one latest channel (docs/channels.md "`latest`"). It is a cursor into the channel's value store, read in offset order
 // with ValueStore.Since, plus the current-state passes its SUBSCRIBEs owe:
 //
 //   - next is the mark: the lowest offset the live reader has not passed.
@@ -62,7 +61,7 @@ type latestConsumer struct {
 	passSeq  uint64
 	inflight map[uint16]latestDelivery
 	// resend: the previous connection's unacknowledged deliveries, checked
-	// against the store before anything else is sent (RFC 0003 §9: a
+	// against the store before anything else is sent (docs/channels.md "`latest`": a
 	// superseded one is dropped, a current one sent again).
 	resend []latestDelivery
 	// awayBelow: a tombstone below it was stored while the session was
@@ -190,7 +189,7 @@ func (c *latestConsumer) restoreFilter(sub subscription) {
 
 // start serves the connection cl. The caller has stopped any earlier pump
 // (stop), so two never write one consumer's values out of order. A start
-// after the first is a resume, and earns what RFC 0003 §9 says a resumed
+// after the first is a resume, and earns what docs/channels.md "`latest`" says a resumed
 // session gets: the changes since its mark, not the deletions stored while
 // it was away, the full state for its QoS 0 filters (whose deliveries say
 // nothing about what arrived), and its unacknowledged deliveries again
@@ -452,11 +451,11 @@ func (c *latestConsumer) decideLocked(rec *storage.Record, src int, p *statePass
 	consider := func(lf latestFilter) {
 		s := lf.sub
 		// A declared slice narrows both halves, state pass and changes
-		// (RFC 0003 "Client-declared partitioning").
+		// (rfcs/partition.md).
 		if !topic.Match(s.filter, rec.Topic) || !s.partition.Match(rec.Topic) {
 			return
 		}
-		// No Local (RFC 0003 §7): the client id stored on the value.
+		// No Local (docs/channels.md "Broadcast"): the client id stored on the value.
 		if s.noLocal && rec.PublisherID != "" && rec.PublisherID == c.sess.id {
 			return
 		}
@@ -565,7 +564,7 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	pk := c.b.deliveryPacket(rec, c.ch, m, now)
 	if state {
 		// The current-state pass always carries RETAIN, even for a
-		// publisher that never set it (RFC 0003 §9).
+		// publisher that never set it (docs/channels.md "`latest`").
 		pk.FixedHeader.Retain = true
 	}
 	d := latestDelivery{offset: rec.Offset, topic: rec.Topic, state: state}
@@ -585,7 +584,7 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 // deliveries, bounded by the connection's write deadline (invariant 16).
 // It reports whether the pump may go on.
 // What never reached the wire is taken back: the cursor it came from goes
-// back below it (a value is never skipped, RFC 0003 §5).
+// back below it (a value is never skipped, docs/channels.md "What a delivery carries").
 func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 	if len(batch) == 0 {
 		return true
@@ -598,7 +597,7 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 	if err != nil {
 		c.unsend(batch[i:])
 		if errors.Is(err, packets.ErrPacketTooLarge) {
-			// RFC 0003 §5: a value too large for the subscriber's Maximum
+			// docs/channels.md "What a delivery carries": a value too large for the subscriber's Maximum
 			// Packet Size disconnects it with 0x95 and is never skipped:
 			// the mark stays below it.
 			c.b.log.Warn("latest value larger than the client's Maximum Packet Size: disconnecting",

@@ -58,7 +58,7 @@ func TestLatestStateThenChanges(t *testing.T) {
 	late.Quiet(200 * time.Millisecond)
 }
 
-// The SUBACK is written before the state it earns (RFC 0003 "Retained
+// The SUBACK is written before the state it earns (docs/channels.md "Retained
 // messages": the one order every client library is written against), with
 // saguin-deletions on the SUBSCRIBE naming a property Sagüin reads rather
 // than refusing it.
@@ -258,7 +258,7 @@ func TestLatestResumeResendsOnlyCurrentUnacknowledged(t *testing.T) {
 	c.Quiet(200 * time.Millisecond)
 }
 
-// Invariant 13 / RFC 0003 §9 "Window": while a subscriber's window is full,
+// Invariant 13 / docs/channels.md "`latest`" "Window": while a subscriber's window is full,
 // a topic's updates do not queue up for it — at most one value per topic
 // waits, and it is the newest: 50 updates behind a full window arrive as
 // one delivery, the last.
@@ -468,7 +468,7 @@ func TestLatestNoLocal(t *testing.T) {
 }
 
 // A value larger than the subscriber's Maximum Packet Size disconnects it
-// with 0x95 and is never skipped (RFC 0003 §5); a point read of it is
+// with 0x95 and is never skipped (docs/channels.md "What a delivery carries"); a point read of it is
 // refused 0x83 on the PUBACK rather than answered.
 func TestLatestValueTooLargeForTheClient(t *testing.T) {
 	b, _ := latestRig(t, sqliteProvider)

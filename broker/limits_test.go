@@ -101,7 +101,7 @@ func readDisconnect(t *testing.T, c *brokertest.RawClient) byte {
 	}
 }
 
-// Topic Alias Maximum is 16 inbound (configuration.md §1.5): an alias past
+// Topic Alias Maximum is 16 inbound (docs/configuration.md "`broker.limits`"): an alias past
 // it is a protocol error answered DISCONNECT 0x94, and the broker stays up
 // for others.
 func TestTopicAliasPastSixteenDisconnects(t *testing.T) {

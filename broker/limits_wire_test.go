@@ -452,7 +452,7 @@ func TestInvariant13_WriteTimeoutNoneBoundedByKeepAlive(t *testing.T) {
 }
 
 // Shutdown closes a socket still short of its CONNECT at once, rather than
-// waiting out its connect_timeout (RFC 0002 §1.5).
+// waiting out its connect_timeout (docs/configuration.md "`broker.limits`").
 func TestInvariant13_ShutdownClosesPreConnectSockets(t *testing.T) {
 	b := brokertest.Start(t, limitsWith(t, "connect_timeout: 1h"))
 	r := dialBytes(t, b.Address())

@@ -15,7 +15,7 @@ import (
 	"saguin.dev/broker/config"
 )
 
-// openListener binds one MQTT door (RFC 0002 §1.3). A tcp or ws door is a
+// openListener binds one MQTT door (docs/configuration.md "`broker.mqtt`"). A tcp or ws door is a
 // plain net.Listen (its TLS and WebSocket layers are put over each
 // connection it accepts: doors.go); a unix door is bound as
 // rfcs/process.md "Unix sockets" says: under a lock, never over a live
@@ -44,7 +44,7 @@ const probeTimeout = time.Second
 func openUnix(path string, mode fs.FileMode) (net.Listener, error) {
 	if strings.HasPrefix(path, "@") {
 		// An abstract name has no file, so no mode, nothing stale and no
-		// lock (RFC 0002 §1.3): the kernel refuses a second bind itself.
+		// lock (docs/configuration.md "`broker.mqtt`"): the kernel refuses a second bind itself.
 		return net.Listen("unix", path)
 	}
 	lockPath := path + ".lock"
@@ -71,7 +71,7 @@ func bindUnix(path string, mode fs.FileMode) (net.Listener, error) {
 	fi, err := os.Lstat(path)
 	switch {
 	case err == nil && fi.Mode()&fs.ModeSocket == 0:
-		// RFC 0002 §5, at start as at load: the file may have appeared since.
+		// docs/operations.md "A start", at start as at load: the file may have appeared since.
 		return nil, fmt.Errorf("unix socket %s: the path is taken by %s, not a socket; remove it or choose another path", path, fileKind(fi))
 	case err == nil:
 		if err := staleSocket(path); err != nil {

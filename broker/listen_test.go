@@ -79,7 +79,7 @@ func startInProcess(t *testing.T, cfgPath string) (*broker.Broker, error) {
 	return b, nil
 }
 
-// configuration.md §1.3: a unix door's socket carries its mode, 0660 when
+// docs/configuration.md "`broker.mqtt`": a unix door's socket carries its mode, 0660 when
 // the key is absent — not whatever the process umask leaves.
 func TestUnixListenerAppliesItsMode(t *testing.T) {
 	for _, tc := range []struct{ mode, want string }{{"", "-rw-rw----"}, {"0600", "-rw-------"}, {"0666", "-rw-rw-rw-"}} {
@@ -102,7 +102,7 @@ func TestUnixListenerAppliesItsMode(t *testing.T) {
 	}
 }
 
-// configuration.md §5: a second broker on the socket path a live broker
+// docs/operations.md "A start": a second broker on the socket path a live broker
 // serves is refused at start, naming the path — it never takes the socket
 // over, leaving the first broker running but unreachable.
 func TestUnixListenerRefusesThePathALiveBrokerServes(t *testing.T) {
@@ -143,7 +143,7 @@ func TestUnixListenerReplacesAStaleSocket(t *testing.T) {
 	}
 }
 
-// configuration.md §5: a socket path occupied by something other than a
+// docs/operations.md "A start": a socket path occupied by something other than a
 // socket is refused — also when it appears after the configuration was
 // checked — and left as it was: the broker only ever replaces a socket.
 func TestUnixListenerRefusesAPathHoldingAFile(t *testing.T) {

@@ -49,7 +49,7 @@ channels:
 `
 
 // maxLogLine bounds every line the broker writes, whatever a client sends
-// (operations.md §3.2: a client's mistake is at most one bounded line).
+// (docs/operations.md "Logs": a client's mistake is at most one bounded line).
 const maxLogLine = 1024
 
 // logLine is one parsed slog text line: its keys in order and their values.
@@ -155,7 +155,7 @@ func checkLogLines(t *testing.T, out string) []logLine {
 
 // substrateInternals are the substrate's own start and stop statements:
 // they are about mochi-mqtt's machinery, not about the broker an operator
-// runs, so they are never at info (operations.md §3.4 lists what is).
+// runs, so they are never at info (docs/operations.md "A start" lists what is).
 var substrateInternals = []string{
 	"added hook", "attached listener", "mochi mqtt starting", "mochi mqtt server started",
 	"gracefully stopping server", "stopping hook", "mochi mqtt server stopped",

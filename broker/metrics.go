@@ -6,13 +6,12 @@ import (
 	"saguin.dev/broker/internal/metrics"
 )
 
-// MetricsHandler serves the metric catalogue (RFC 0005 §1.2, §2) in the
+// MetricsHandler serves the metric catalogue (docs/operations.md "The routes"; docs/operations.md "Metrics") in the
 // Prometheus text format, gzip-compressed when the client asks: what the
 // operations listener mounts at /metrics. It is pull only: the numbers are
 // recomputed at most once per broker.operations.min_scrape_interval (60 s
 // when there is no operations block) on the broker's clock, and a scrape
-// sooner is answered with the previous result, never refused (RFC 0005
-// §1.6). The handler holds no lock of the broker's while it formats. Serve
+// sooner is answered with the previous result, never refused (docs/operations.md "Metrics"). The handler holds no lock of the broker's while it formats. Serve
 // it between Start and Close: the operations listener stops before the
 // broker closes its stores.
 func (b *Broker) MetricsHandler() http.Handler { return b.metrics.Handler() }

@@ -15,7 +15,7 @@ import (
 //     publishes): in wireShards, one shard per group of connections, each
 //     on cache lines of its own, summed at the recompute. A connection
 //     only ever touches its own shard, so no atomic is shared by every
-//     connection's goroutine (RFC 0005 §1.6: the QoS 1 broadcast row of
+//     connection's goroutine (docs/operations.md "Metrics": the QoS 1 broadcast row of
 //     make bench may not drop by more than 3%).
 //   - per connection, session, Will or refusal: plain atomics here, or on
 //     the structure that already exists per channel or queue (channel.go,

@@ -23,7 +23,7 @@ import (
 	"saguin.dev/storage/sqlite"
 )
 
-// specCatalogue is the metric catalogue as RFC 0005 §2 writes it — name,
+// specCatalogue is the metric catalogue as docs/operations.md "Metrics" writes it — name,
 // type, label names — typed in from the specification, not from the
 // implementation's table, so that a family missing, renamed, mistyped or
 // labelled differently there fails the comparison. The saguin_bridge_*

@@ -14,7 +14,7 @@ import (
 	"saguin.dev/broker/brokertest"
 )
 
-// RFC 0005 §1.6: the catalogue is recomputed at most once per
+// docs/operations.md "Metrics": the catalogue is recomputed at most once per
 // min_scrape_interval on the broker's clock; a scrape sooner is answered
 // with the previous result, byte for byte, although a counter moved (and
 // the clock with it: uptime would differ had it been recomputed).
@@ -67,7 +67,7 @@ func TestMetricsGzip(t *testing.T) {
 	}
 }
 
-// No client id, topic or filter becomes a label (RFC 0005 §2.9): a
+// No client id, topic or filter becomes a label (docs/operations.md "Metrics", "Not there, on purpose"): a
 // thousand distinct clients, each with its own subscription and topics,
 // leave the number of series where ten left it.
 func TestMetricsCardinality(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"saguin.dev/broker/internal/ops"
 )
 
-// The operations listener (RFC 0005 §1): broker/internal/ops serves it;
+// The operations listener (docs/operations.md "The operations listener"): broker/internal/ops serves it;
 // this file builds it with the broker (New), binds its doors with the MQTT
 // doors (Start), stops it first at Close, and says where it listens.
 // ops_views.go answers its routes.
@@ -35,7 +35,7 @@ func (b *Broker) newOperations() error {
 // startOperations binds every operations door as an MQTT door is bound
 // (listen.go openListener: a unix socket under its lock, its mode set
 // before anyone can connect) and serves it at once: the broker's state
-// is loaded by now (RFC 0005 §1.1). A door that cannot be bound stops the
+// is loaded by now (docs/configuration.md "`broker.operations`"). A door that cannot be bound stops the
 // start, naming it. Each door says where it listens.
 func (b *Broker) startOperations() error {
 	srv := b.operations.srv

@@ -8,7 +8,7 @@ import (
 	"saguin.dev/broker/passwd"
 )
 
-// The operations listener's password files (RFC 0005 §1.3): operators,
+// The operations listener's password files (docs/operations.md "Operators"): operators,
 // kept apart from MQTT clients, read at start and by SIGUSR1 with the MQTT
 // files and the ACL, all or nothing (auth.go authority).
 
@@ -58,7 +58,7 @@ func loadOperators(cfg *config.Config, errs []error) (map[string]*passwd.Table, 
 // file naming nobody, or a scope naming a route the listener does not
 // serve, does not load), each problem placed on its line; and a file
 // that is also an MQTT door's is refused — operator credentials are kept
-// apart from clients' (RFC 0005 §1.3), so a client's password never opens
+// apart from clients' (docs/operations.md "Operators"), so a client's password never opens
 // the operations routes.
 func OperatorPasswordCheck(cfg *config.Config) []config.Finding {
 	var out []config.Finding

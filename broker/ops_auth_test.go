@@ -23,7 +23,7 @@ import (
 // metricsType is the Prometheus text exposition's content type.
 const metricsType = "text/plain; version=0.0.4; charset=utf-8"
 
-// RFC 0005 §1.4: a request with no identity on a door with no password
+// docs/operations.md "Who the caller is": a request with no identity on a door with no password
 // file — the loader allowed that only on a loopback address — reaches
 // every route, but on tcp only when its Host is an IP literal or
 // localhost: a page served from another name and rebound to 127.0.0.1 by
@@ -88,7 +88,7 @@ func TestOperationsLoopbackDoorTrustsCallersWithNoIdentityByAddress(t *testing.T
 	}
 }
 
-// RFC 0005 §1.3, §1.4 on a door with an operator password file: a request
+// docs/operations.md "Operators"; docs/operations.md "Who the caller is" on a door with an operator password file: a request
 // with no credential is 401 with WWW-Authenticate (never on /health); a
 // wrong password is 401 and its line holds no credential; an operator
 // reaches the routes its scope names, by whole path segments, and gets
@@ -169,7 +169,7 @@ func tlsOpsDoor(srv brokertest.Issued, ca, more string) string {
 	return "        tls: {cert_file: \"" + srv.CertFile + "\", key_file: \"" + srv.KeyFile + "\", client_ca_file: \"" + ca + "\"" + more + "}\n"
 }
 
-// RFC 0005 §1.4 with client certificates required: a certificate the door
+// docs/operations.md "Who the caller is" with client certificates required: a certificate the door
 // verified names the caller (CN, else the first DNS name, verbatim); a
 // name the operator file lists has its scope, any other — and a
 // certificate naming nobody — reaches /metrics only; a name holding a
@@ -222,7 +222,7 @@ func TestOperationsClientCertificateNamesTheCaller(t *testing.T) {
 	}
 }
 
-// RFC 0005 §1.4 on a unix door: X-Saguin-Principal names the caller (a
+// docs/operations.md "Who the caller is" on a unix door: X-Saguin-Principal names the caller (a
 // proxy in front of the socket sets it); listed, its scope; not listed,
 // /metrics only; absent, 401 (the door has a password file); given twice,
 // 403 — a proxy appending rather than replacing would let a caller name
@@ -254,7 +254,7 @@ func TestOperationsPrincipalHeaderOnAUnixDoor(t *testing.T) {
 	c.must(http.StatusOK, "/v1/operations/sessions", withHeader("X-Saguin-Principal", "alice"), withHost("anything.example"))
 }
 
-// RFC 0005 §1.4: a unix door with proxy_protocol takes the caller's name
+// docs/operations.md "Who the caller is": a unix door with proxy_protocol takes the caller's name
 // from the CN a PROXY v2 header vouches for, and only when the proxy
 // verified the certificate (verify result 0); a verified certificate with
 // no CN reaches /metrics only; an unverified one names nobody.
@@ -291,7 +291,7 @@ func TestOperationsProxyV2CarriesTheVerifiedCN(t *testing.T) {
 	}
 }
 
-// RFC 0005 §1.2: /health is 503 {"status":"unavailable"} while the
+// docs/operations.md "The routes": /health is 503 {"status":"unavailable"} while the
 // broker's publish path cannot be entered — the sessions lock a
 // broadcast's fan-out takes, or the retained order a SUBSCRIBE's retained
 // pass holds for writing — and 200 again once it can.
@@ -315,7 +315,7 @@ func TestOperationsHealthAnswers503WhileThePublishPathIsHeld(t *testing.T) {
 	}
 }
 
-// RFC 0005 §1.4: SIGUSR1 re-reads every operations door's certificate with
+// docs/operations.md "Who the caller is": SIGUSR1 re-reads every operations door's certificate with
 // the MQTT doors', all or nothing: a new certificate is served to the
 // connections accepted after it, and a file broken since changes nothing.
 func TestOperationsDoorCertificateReloads(t *testing.T) {

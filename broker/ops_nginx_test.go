@@ -77,7 +77,7 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// RFC 0005 §1.4 behind Debian's nginx: through its stream proxy a scraper
+// docs/operations.md "Who the caller is" behind Debian's nginx: through its stream proxy a scraper
 // with the right password gets /metrics and a wrong one 401; through its
 // http proxy a certificate whose name the operator file lists reaches
 // /v1, one it does not list 403, no certificate 401, and a caller writing

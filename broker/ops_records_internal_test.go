@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// RFC 0005 §1.5, the record of refused clients at its bound: a newcomer
+// docs/operations.md "The routes", the record of refused clients at its bound: a newcomer
 // displaces a client refused exactly once, never a repeat offender; when
 // every row is a repeat offender the newcomer is dropped; what no row
 // keeps is counted in beyond, so the rows' counts and beyond add up to
@@ -60,7 +60,7 @@ func TestRefusedRecordKeepsRepeatOffendersAtItsBound(t *testing.T) {
 	}
 }
 
-// RFC 0005 §1.5, the record of lost positions: one row per (reader,
+// docs/operations.md "The routes", the record of lost positions: one row per (reader,
 // channel), every passing aggregated (reported false once any went
 // untold); at its bound a newcomer displaces the row that lost the fewest
 // records if it lost more, and is dropped otherwise; beyond counts the

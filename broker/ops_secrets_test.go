@@ -37,7 +37,7 @@ func secretsOf(t *testing.T, path string) []string {
 	return out
 }
 
-// RFC 0005 §1.2: no route shows a payload, a password, a hash or a key.
+// docs/operations.md "The routes": no route shows a payload, a password, a hash or a key.
 // Every file the configuration names — the MQTT and operator password
 // files, the ACL, every door's certificate, key and CA, the configuration
 // itself — is read, and no answer of any route, headers included, holds

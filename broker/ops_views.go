@@ -59,7 +59,7 @@ func (o opsSource) Users(max int) ops.Users {
 		for _, n := range names {
 			all[n] = true
 		}
-		cert := "none" // RFC 0005 §1.5: a unix door is always none
+		cert := "none" // docs/operations.md "The routes": a unix door is always none
 		if l.Kind != "unix" {
 			cert = o.layers[l.ID].ClientCertificates()
 		}

@@ -35,7 +35,7 @@ func awaitOps(t *testing.T, c *opsHTTP, path string, ok func(opsReply) bool) ops
 	}
 }
 
-// /v1/operations/sessions (RFC 0005 §1.5): held sessions with no
+// /v1/operations/sessions (docs/operations.md "The routes"): held sessions with no
 // connection first, then the connected ones; every field of the contract,
 // null where only a connection knows it; partitions only on a session
 // that declared a slice; the counts beside.
@@ -88,7 +88,7 @@ func TestOperationsSessionsShowsConnectedAndHeldSessions(t *testing.T) {
 	}
 }
 
-// /v1/operations/consumers (RFC 0005 §1.5): a durable reader that
+// /v1/operations/consumers (docs/operations.md "The routes"): a durable reader that
 // acknowledged two of five records and left is behind by three — the
 // channel's next offset less its position — and comes first; a connected
 // reader that acknowledged everything is behind by none; readers are
@@ -144,7 +144,7 @@ func TestOperationsConsumersShowsHowFarEachReaderIsBehind(t *testing.T) {
 	}
 }
 
-// /v1/operations/queues/<channel> (RFC 0005 §1.5): each unresolved job,
+// /v1/operations/queues/<channel> (docs/operations.md "The routes"): each unresolved job,
 // oldest first, with its state — leased (PUBACK received: holder and
 // lease_until written), delivering (handed out, no PUBACK yet) or waiting
 // — and never its payload. An unknown name is 404 that does not list the
@@ -204,7 +204,7 @@ func TestOperationsQueueShowsEachJobsState(t *testing.T) {
 	}
 }
 
-// /v1/operations/position-lost (RFC 0005 §1.5): a durable session whose
+// /v1/operations/position-lost (docs/operations.md "The routes"): a durable session whose
 // stored position retention passed while it was away is filed as kind
 // session, reported (it was answered Session Present 0), with how many
 // records it missed and the position and floor of the passing; a reader
@@ -273,7 +273,7 @@ func TestOperationsPositionLostFilesEveryPassing(t *testing.T) {
 	}
 }
 
-// /v1/operations/refused (RFC 0005 §1.5): a client refused at CONNECT
+// /v1/operations/refused (docs/operations.md "The routes"): a client refused at CONNECT
 // for a wrong password (twice: its row counts both, and names the user it
 // gave) and one refused for its protocol version under
 // min_protocol_version "5" each have a row, worst first; 101 more refused
@@ -324,7 +324,7 @@ func TestOperationsRefusedListsRefusedClientsWorstFirst(t *testing.T) {
 	}
 }
 
-// /v1/operations/users (RFC 0005 §1.5): every MQTT door with the users of
+// /v1/operations/users (docs/operations.md "The routes"): every MQTT door with the users of
 // its password file, whether it admits anonymous clients and what it does
 // with certificates (a unix door: none); the users of every door once;
 // operators never.
@@ -373,7 +373,7 @@ func TestOperationsUsersListsEachDoorsClients(t *testing.T) {
 	}
 }
 
-// /v1/operations/acl (RFC 0005 §1.5): acl.Explain against the ACL in
+// /v1/operations/acl (docs/operations.md "The routes"): acl.Explain against the ACL in
 // force — what a user may do and which pattern decided, whether a client
 // id may use the name — following a reload; a name the file does not
 // match has no grants (not 404); without an acl_file, everything is
@@ -425,7 +425,7 @@ func TestOperationsACLExplainsTheACLInForce(t *testing.T) {
 	}
 }
 
-// /v1/operations/config (RFC 0005 §1.5): the configuration as resolved at
+// /v1/operations/config (docs/operations.md "The routes"): the configuration as resolved at
 // start — every !include read, defaults filled (a channel with no filter
 // shows <name>/#), each channel with the file it is configured in —
 // rendered once: an edit of the file since is not shown. ?section= narrows

@@ -201,17 +201,17 @@ func (c *idClaims) storeFailed(holder *mqtt.Client) bool {
 }
 
 // codeSessionStore refuses a CONNECT whose session the store refused
-// (configuration.md §3: 0x83; 3.1.1 0x03).
+// (docs/security.md "Every refusal, and its code": 0x83; 3.1.1 0x03).
 var codeSessionStore = packets.Code{Code: 0x83,
 	Reason: "the session store refused this session; nothing was kept: connect again"}
 
 // codeNoRoomForWill refuses a CONNECT whose Will the session store has no
-// room for (configuration.md §3: 0x97; 3.1.1 0x05).
+// room for (docs/security.md "Every refusal, and its code": 0x97; 3.1.1 0x05).
 var codeNoRoomForWill = packets.Code{Code: 0x97,
 	Reason: "the session store has no room for this Will"}
 
 // sessionNotStored decides a CONNECT whose session the store refused
-// (configuration.md §3): no room and no Will — accepted with Session Expiry
+// (docs/security.md "Every refusal, and its code"): no room and no Will — accepted with Session Expiry
 // 0 (3.1.1: made clean), a session that ends with its connection and needs
 // no record; no room for its Will — refused 0x97; any other failure —
 // refused 0x83. Called by claimSession, before the CONNACK is written.

@@ -179,7 +179,7 @@ func TestInvariant18_ConnackRefusedWhenTheSessionIsNotStored(t *testing.T) {
 	}
 }
 
-// The session store without room (configuration.md §3): a CONNECT with a
+// The session store without room (docs/security.md "Every refusal, and its code"): a CONNECT with a
 // Will is refused 0x97 (3.1.1: 0x05); one without is accepted with Session
 // Expiry 0 — a session that ends with its connection, which needs no record
 // — and a later CONNECT finds nothing to resume.

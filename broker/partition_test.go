@@ -75,7 +75,7 @@ func equalTopics(a, b []string) bool {
 
 // Three members of a 3-way space each receive exactly their slice of an
 // append channel — replayed records and live ones — and together every
-// record once (RFC 0003 "Client-declared partitioning"); a member holding
+// record once (rfcs/partition.md); a member holding
 // two slices repeats the property and receives their union.
 func TestPartitionSlicesAnAppendChannelReplayAndLive(t *testing.T) {
 	b, _ := latestRig(t, memoryProvider)

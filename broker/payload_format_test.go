@@ -17,7 +17,7 @@ var utf8Format = packets.Properties{PayloadFormat: 1, PayloadFormatFlag: true}
 
 // A PUBLISH whose Payload Format Indicator says UTF-8 and whose payload is
 // not well-formed UTF-8 is refused PUBACK/PUBREC 0x99 (MQTT 5 §3.3.2.3.2
-// lets the receiver check; configuration.md §3.3), with a Reason String,
+// lets the receiver check; docs/channels.md "What a publish is answered"), with a Reason String,
 // on every kind of topic, and is stored nowhere: not in a channel, not in
 // a queue, not as a retained value, not delivered. QoS 0 is dropped. A
 // refused QoS 2 exchange ends at its PUBREC. A well-formed payload with the

@@ -11,7 +11,7 @@ import (
 	"saguin.dev/broker/acl"
 )
 
-// The ACL's questions, asked where each packet is judged (RFC 0002 §1.12):
+// The ACL's questions, asked where each packet is judged (docs/configuration.md "The ACL file"):
 // CONNECT (connect.go: the identity, client_ids, the Will, the features),
 // PUBLISH (publishRefusal), SUBSCRIBE (subscribeRefusal), the $saguin/
 // requests (seek, point read, queue answers), and every delivery on every
@@ -35,7 +35,7 @@ func (b *Broker) mayPublishTo(g *acl.Grants, t string, empty bool) bool {
 }
 
 // publishFeatureRefusal applies the ACL's feature denials to a PUBLISH,
-// before anything else of it is judged (RFC 0002 §3.3, §3.6): a QoS 2
+// before anything else of it is judged (docs/channels.md "What a publish is answered"; docs/security.md "A feature the ACL denies"): a QoS 2
 // publish from a client denied qos2 ends the connection with 0x9B. It
 // reports whether the publish was refused (the connection is then ending).
 func (b *Broker) publishFeatureRefusal(cl *mqtt.Client, g *acl.Grants, pk packets.Packet) bool {
@@ -94,8 +94,7 @@ func writeVerb(b *Broker, channel string, empty bool) string {
 	return "write"
 }
 
-// reservedRefusal asks the verb a $saguin/ request rides on (RFC 0002
-// §2.3): seek on the append channel, consume on the queue, read of the
+// reservedRefusal asks the verb a $saguin/ request rides on (docs/channels.md "The `$saguin/` topics"): seek on the append channel, consume on the queue, read of the
 // key on the latest channel. "" when allowed.
 func (b *Broker) reservedRefusal(cl *mqtt.Client, ask func(*acl.Grants) bool, what string) string {
 	g, all := b.grantsOf(cl)
@@ -113,7 +112,7 @@ func (b *Broker) subscribeRefusal(g *acl.Grants, f packets.Subscription, granted
 		return subackNotAuthorized, "the connection has no identity"
 	}
 	if g.Denies(acl.QoS2) && granted > 1 {
-		granted = 1 // RFC 0002 §3.6: a QoS 2 subscription is granted as 1
+		granted = 1 // docs/security.md "A feature the ACL denies": a QoS 2 subscription is granted as 1
 	}
 	filter := f.Filter
 	if name, ok := strings.CutPrefix(filter, "$saguin/queue/"); ok {

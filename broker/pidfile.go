@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// writePIDFile writes broker.pid_file (operations.md §3.3): the process id
+// writePIDFile writes broker.pid_file (docs/operations.md "The pid file"): the process id
 // and a newline, mode 0644, written to a temporary file beside it and
 // renamed into place, so a reader never sees a partial file. It is not
 // synced: after a crash or a power cut it names a dead process anyway.

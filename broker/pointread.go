@@ -13,14 +13,14 @@ import (
 	"saguin.dev/broker/topic"
 )
 
-// pointReadTopic is where a client asks for one latest value (RFC 0003 §9
+// pointReadTopic is where a client asks for one latest value (docs/channels.md "`latest`"
 // "Point read"): the payload names the topic, the answer goes to the
 // Response Topic.
 const pointReadTopic = "$saguin/kv/get"
 
 // pointReadKeyRefusal judges a point read's key, which is client input (a
 // payload of any bytes): bounds first, on its declared length, then its
-// form (invariant 13; RFC 0003 §9). A key it accepts is one topic a value
+// form (invariant 13; docs/channels.md "`latest`"). A key it accepts is one topic a value
 // can be held under: within the limits, valid UTF-8 without NUL, no
 // wildcard, outside the reserved $ space.
 func pointReadKeyRefusal(key string, lim config.Limits) (packets.Code, bool) {

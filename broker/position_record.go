@@ -11,7 +11,7 @@ import (
 )
 
 // The record of readers whose stored position the retention floor passed,
-// which /v1/operations/position-lost reads (RFC 0005 §1.5): one row per
+// which /v1/operations/position-lost reads (docs/operations.md "The routes"): one row per
 // (reader, channel), every passing of it aggregated, fed where the broker
 // finds one (floor.go positionPassed). In memory only. While no passing
 // was left out (beyond is 0), the counts of a channel's rows add up to

@@ -9,7 +9,7 @@ import (
 )
 
 // The five MQTT 5 publish properties a record keeps reach its reader
-// (RFC 0003 "From publish to record"). The pump encodes deliveries itself,
+// (docs/channels.md "What a publish is answered"). The pump encodes deliveries itself,
 // and the encoder drops Response Topic and Correlation Data unless told it
 // may write them: found when a Will's properties went missing.
 func TestAppendDeliveryCarriesThePublishProperties(t *testing.T) {
@@ -34,7 +34,7 @@ func TestAppendDeliveryCarriesThePublishProperties(t *testing.T) {
 // latest pump encodes its own batches too. The change is published only
 // once the state pass has arrived: a value published earlier may
 // legitimately supersede the state before it is written (the subscriber is
-// then sent only the newer value, RFC 0003 §9), which made this test fail
+// then sent only the newer value, docs/channels.md "`latest`"), which made this test fail
 // about one run in eight while proving nothing wrong.
 func TestLatestDeliveryCarriesThePublishProperties(t *testing.T) {
 	b, _ := latestRig(t, memoryProvider)

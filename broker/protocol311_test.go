@@ -139,7 +139,7 @@ func (s session311) received() []string {
 // receives, disconnects; more is published; it reconnects without
 // subscribing and receives only the rest of the append channel and only the
 // changes of the latest channel (delivery-front §9 "3.1.1 on latest"). The
-// queue form is refused to 3.1.1 with 0x80 (configuration.md §3: a queue
+// queue form is refused to 3.1.1 with 0x80 (docs/security.md "Every refusal, and its code": a queue
 // worker needs MQTT 5's Response Topic and Correlation Data), so the job a
 // 3.1.1 publisher queued is taken by an MQTT 5 worker.
 func TestProtocol311_PublishesEveryChannelTypeAndResumesDurably(t *testing.T) {

@@ -25,7 +25,7 @@ func connectAt(t *testing.T, addr string, version byte, id string) byte {
 	return ack.ReasonCode
 }
 
-// By default one listener admits MQTT 3.1.1 and 5 side by side (RFC 0002:
+// By default one listener admits MQTT 3.1.1 and 5 side by side (docs/configuration.md:
 // broker.mqtt.min_protocol_version 4), and MQTT 3.1 (level 3) never.
 func TestOneListenerAdmitsBothProtocolVersions(t *testing.T) {
 	b := brokertest.Start(t, configWith(t, memoryProvider))

@@ -14,7 +14,7 @@ import (
 
 // reservedPrefix marks Sagüin's own User Properties. A client may set only
 // saguin-id; every other saguin-* property it sends is dropped, so nobody can
-// forge delivery or dead-letter metadata (RFC 0003 §4).
+// forge delivery or dead-letter metadata (docs/channels.md "What a publish is answered").
 const reservedPrefix = "saguin-"
 
 // Reason codes Sagüin answers with that the substrate has no name for, or
@@ -115,7 +115,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 
 	// Topics are case-sensitive (MQTT 5 §4.7.3): only these exact
 	// spellings are the reserved forms; $sys/x, $SHARE/x and $SAGUIN/x are
-	// ordinary topics (configuration.md §2.3).
+	// ordinary topics (docs/channels.md "The `$saguin/` topics").
 	switch {
 	case strings.HasPrefix(t, "$share/"):
 		return decided(b.refuse(cl, pk, withReason(codeTopicInvalid, "$share/ is a subscription form, not a topic")))
@@ -123,7 +123,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 		return decided(b.refuse(cl, pk, withReason(codeNotAuthorized, "$SYS is the broker's")))
 	}
 	if !payloadFormatValid(pk.Properties, pk.Payload) {
-		// MQTT 5 §3.3.2.3.2 lets the receiver check; configuration.md §3.3
+		// MQTT 5 §3.3.2.3.2 lets the receiver check; docs/channels.md "What a publish is answered"
 		// says it does. Refused before anything is stored or delivered.
 		return decided(b.refuse(cl, pk, withReason(codePayloadFormatInvalid,
 			"the Payload Format Indicator says UTF-8, but the payload is not well-formed UTF-8")))
@@ -146,7 +146,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 		pk.Properties.User = stripReserved(pk.Properties.User, false)
 		if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener && b.bcastHolds != nil {
 			// Held until PUBREL, then written to the broadcast log and
-			// delivered (RFC 0003 §2 "Broadcast QoS 2", qos2_broadcast.go).
+			// delivered (rfcs/qos2-holds.md "Broadcast QoS 2", qos2_broadcast.go).
 			return decided(b.holdBroadcast(cl, pk))
 		}
 		if pk.FixedHeader.Retain {
@@ -159,7 +159,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 	}
 	ch := b.channels[name]
 	if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener {
-		// Held until PUBREL, written then (RFC 0003 §2, qos2.go). A Will
+		// Held until PUBREL, written then (rfcs/qos2-holds.md, qos2.go). A Will
 		// is written at once: nobody will send its PUBREL.
 		return decided(b.holdPublish(cl, pk, ch))
 	}
@@ -170,7 +170,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 	rec := b.recordOf(cl, pk)
 	if ch.queue != nil && rec.Retain {
 		// A retained publish to a queue is accepted with the flag dropped:
-		// a job is nobody's current value (RFC 0003 "Retained messages").
+		// a job is nobody's current value (docs/channels.md "Broadcast").
 		rec.Retain = false
 		ch.retainIgnored.Add(1)
 	}
@@ -187,7 +187,7 @@ func (w *channelWrite) storeNow(b *Broker) error {
 		_, err = w.ch.queue.Enqueue(w.rec)
 	default:
 		// The topic's new value, or for a zero-length payload its
-		// tombstone (latest.go, RFC 0003 §9).
+		// tombstone (latest.go, docs/channels.md "`latest`").
 		err = b.storeLatest(w.ch, w.rec)
 	}
 	return err
@@ -223,7 +223,7 @@ func (w *channelWrite) stored(b *Broker, rec storage.Record) {
 	}
 }
 
-// storeRefusal maps a storage failure to the code RFC 0002 §3.3 names: 0x97
+// storeRefusal maps a storage failure to the code docs/channels.md "What a publish is answered" names: 0x97
 // at a bound, 0x83 for any other failure. Either way nothing is acknowledged.
 func storeRefusal(channel string, err error) packets.Code {
 	if errors.Is(err, storage.ErrFull) {
@@ -234,7 +234,7 @@ func storeRefusal(channel string, err error) packets.Code {
 
 // refuse answers a publish the broker will not keep. MQTT 5 QoS>0 gets the
 // reason code on its PUBACK; QoS 0 is dropped; a 3.1.1 client, which has no
-// reason codes, is disconnected (RFC 0002 §3.3, "3.1.1: closed") rather than
+// reason codes, is disconnected (docs/channels.md "What a publish is answered", "3.1.1: closed") rather than
 // acknowledged — never acknowledged and then dropped.
 func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
 	b.logPublishRefusal(cl, pk, code)
@@ -265,7 +265,7 @@ func (b *Broker) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (
 	return pk, code
 }
 
-// recordOf turns a PUBLISH into the record RFC 0003 §4 describes.
+// recordOf turns a PUBLISH into the record docs/channels.md "What a publish is answered" describes.
 func (b *Broker) recordOf(cl *mqtt.Client, pk packets.Packet) storage.Record {
 	now := b.clock.Now()
 	p := pk.Properties

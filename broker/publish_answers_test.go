@@ -218,7 +218,7 @@ func publishTopicForms() []topicForm {
 		{name: "append channel", topic: "events/x", v5: 0x00, v311: true},
 		{name: "latest channel", topic: "state/x", v5: 0x00, v311: true},
 		{name: "queue", topic: "jobs/x", v5: 0x00, v311: true},
-		// limits.max_topic_length / max_topic_levels (configuration.md §2.5).
+		// limits.max_topic_length / max_topic_levels (docs/configuration.md "`broker.limits`").
 		{name: "topic at max_topic_length", topic: long, v5: 0x00, v311: true},
 		{name: "topic over max_topic_length", topic: long + "y", v5: 0x90},
 		{name: "channel topic over max_topic_length", topic: "events/" + strings.Repeat("e", 58), v5: 0x90},
@@ -228,7 +228,7 @@ func publishTopicForms() []topicForm {
 		// The derived dead-letter channel: only the broker writes it.
 		{name: "dead-letter topic", topic: "jobs/__dlq/x", v5: 0x87},
 		{name: "dead-letter root", topic: "jobs/__dlq", v5: 0x87},
-		// $SYS is the broker's (configuration.md §2.3: 0x87) — exactly
+		// $SYS is the broker's (docs/channels.md "The `$saguin/` topics": 0x87) — exactly
 		// $SYS, case-sensitive as every topic is.
 		{name: "$SYS", topic: "$SYS", v5: 0x87},
 		{name: "$SYS/x", topic: "$SYS/x", v5: 0x87},
@@ -245,7 +245,7 @@ func publishTopicForms() []topicForm {
 		{name: "$Share/x is ordinary", topic: "$Share/x", v5: 0x00, v311: true},
 		{name: "$SHARE/g/x is ordinary", topic: "$SHARE/g/x", v5: 0x00, v311: true},
 		// The reserved $saguin/ space: five publishable topics, anything
-		// else 0x90 (configuration.md §2.3).
+		// else 0x90 (docs/channels.md "The `$saguin/` topics").
 		{name: "$saguin/", topic: "$saguin/", v5: 0x90},
 		{name: "$saguin/x", topic: "$saguin/x", v5: 0x90},
 		{name: "$saguin/no/such/route", topic: "$saguin/no/such/route", v5: 0x90},
@@ -289,7 +289,7 @@ func publishTopicForms() []topicForm {
 }
 
 // Every QoS 1 and QoS 2 PUBLISH gets exactly one answer within a second,
-// whatever its topic (issue 12 item 2; configuration.md §2.3, §3.3): MQTT 5
+// whatever its topic (issue 12 item 2; docs/channels.md "The `$saguin/` topics"; docs/channels.md "What a publish is answered"): MQTT 5
 // the reason code §3.3 names on its PUBACK or PUBREC; 3.1.1, which has no
 // reason codes, its plain acknowledgement when accepted and the connection
 // closed — with nothing written — when refused. A refused QoS 2 exchange is
@@ -297,7 +297,7 @@ func publishTopicForms() []topicForm {
 // is never answered, and a refused QoS 0 is dropped with the connection
 // kept, on both versions. After the answer nothing more comes. A refusal
 // carries a Reason String exactly when the client allowed one (Request
-// Problem Information, MQTT-3.1.2-29; configuration.md §3.3).
+// Problem Information, MQTT-3.1.2-29; docs/channels.md "What a publish is answered").
 func TestEveryPublishGetsOneAnswerWhateverItsTopic(t *testing.T) {
 	b := answersBroker(t)
 	n := 0

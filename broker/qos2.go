@@ -15,7 +15,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// QoS 2 inbound on channels: held publishes (RFC 0003 §2, rfcs/qos2-holds.md).
+// QoS 2 inbound on channels: held publishes (rfcs/qos2-holds.md, rfcs/qos2-holds.md).
 //
 // A QoS 2 PUBLISH to a channel is not a record yet: it is kept as a hold in
 // its channel's provider (no offset, invisible to readers and retention —
@@ -137,8 +137,7 @@ func (b *Broker) holdStoreOf(ch *channel) storage.HoldStore {
 }
 
 // holdPublish keeps a client's QoS 2 PUBLISH to a channel as a hold and lets
-// the substrate answer PUBREC 0x00. Refusals are PUBREC codes (RFC 0002
-// §3.3): 0x97 at the per-client allowance (the connection stays) or when
+// the substrate answer PUBREC 0x00. Refusals are PUBREC codes (docs/channels.md "What a publish is answered"): 0x97 at the per-client allowance (the connection stays) or when
 // the channel or its provider has no room, nothing held.
 func (b *Broker) holdPublish(cl *mqtt.Client, pk packets.Packet, ch *channel) (packets.Packet, error) {
 	// invariant 17: a connection that no longer owns the id holds nothing for it.
@@ -209,7 +208,7 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 	// invariant 17: a taken-over connection completes nothing: the exchange is the new owner's.
 	if s := b.sessionOf(cl.ID); s != nil && s.owner() != cl {
 		// No PUBCOMP on a connection whose client id was taken over: the
-		// exchange is the new owner's to finish (RFC 0003 §2).
+		// exchange is the new owner's to finish (rfcs/qos2-holds.md).
 		q.mu.Unlock()
 		return pk, packets.ErrSessionTakenOver
 	}
@@ -253,7 +252,7 @@ func (b *Broker) pubrel(cl *mqtt.Client, pk packets.Packet) (packets.Packet, err
 		ch.published.Add(1)
 		if ch.queue == nil {
 			// Shared groups over append/latest are served a held publish
-			// at its release, not its arrival (RFC 0003 §2).
+			// at its release, not its arrival (rfcs/qos2-holds.md).
 			b.shareChannelRecord(rec)
 		}
 		ch.notify()
@@ -334,7 +333,7 @@ func (b *Broker) expired(ex qos2Exchange) bool {
 
 // dropExchange drops a hold taken out of the index (whose substrate PUBREC
 // the taker freed) and counts it abandoned. A drop the store refuses goes back into the index marked for the
-// sweep to retry (RFC 0003 §3: retried every second).
+// sweep to retry (rfcs/sessions-ownership.md: retried every second).
 func (b *Broker) dropExchange(client string, pid uint16, ex qos2Exchange, why string) {
 	var err error
 	if hs := b.holdStoreNamed(ex.channel); hs != nil {
@@ -364,8 +363,7 @@ func (b *Broker) forgetPubrecLocked(client string, pid uint16) {
 	}
 }
 
-// dropHoldsOf drops every hold of a client id: its session ended (RFC 0003
-// §3: unreleased inbound QoS 2 publishes end with the session, counted
+// dropHoldsOf drops every hold of a client id: its session ended (rfcs/sessions-ownership.md: unreleased inbound QoS 2 publishes end with the session, counted
 // abandoned).
 func (b *Broker) dropHoldsOf(client string) {
 	q := &b.qos2
@@ -415,7 +413,7 @@ func (b *Broker) qos2SweepInterval() time.Duration {
 }
 
 // qos2Loop ticks every second: a drop the store refused is retried each
-// tick (RFC 0003 §3: "retried every 1 s"), and the expiry sweep runs every
+// tick (rfcs/sessions-ownership.md: "retried every 1 s"), and the expiry sweep runs every
 // qos2SweepInterval.
 func (b *Broker) qos2Loop(ctx context.Context) {
 	t := b.clock.NewTicker(time.Second)
@@ -470,7 +468,7 @@ func (b *Broker) retryRefusedDrops() {
 // startQoS2 runs after sessions are restored and before anything listens:
 // it indexes every hold whose session came back and whose channel is still
 // configured on the provider that keeps it, drops (and counts abandoned)
-// every other (RFC 0003 §2 "Restart cost", "Channel removed from config"),
+// every other (rfcs/qos2-holds.md "Restart cost", "Channel removed from config"),
 // and starts the expiry sweep.
 func (b *Broker) startQoS2() {
 	for name, p := range b.providers {

@@ -10,7 +10,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// QoS 2 inbound on broadcast topics (RFC 0003 §2 "Broadcast QoS 2").
+// QoS 2 inbound on broadcast topics (rfcs/qos2-holds.md "Broadcast QoS 2").
 //
 // A client's QoS 2 PUBLISH to a topic no channel claims is held in the
 // broadcast log's store (the provider broker.session.storage names) from

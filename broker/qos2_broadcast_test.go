@@ -9,7 +9,7 @@ import (
 	"saguin.dev/broker/brokertest"
 )
 
-// RFC 0003 §2 "Broadcast QoS 2": a client's QoS 2 publish to a broadcast
+// rfcs/qos2-holds.md "Broadcast QoS 2": a client's QoS 2 publish to a broadcast
 // topic is held from PUBREC to PUBREL and delivered at its release, not its
 // arrival — once, however often PUBREL is re-sent — and retained from the
 // release on. Holds count against broker.qos2.max_inflight_per_client like
@@ -59,7 +59,7 @@ func TestQoS2BroadcastDeliveredAtReleaseNotArrival(t *testing.T) {
 	}
 }
 
-// invariant 15/18 and RFC 0003 §2 "Restart cost": a broadcast exchange
+// invariant 15/18 and rfcs/qos2-holds.md "Restart cost": a broadcast exchange
 // PUBREC'd before a SIGKILL comes back with its durable session; the
 // re-sent PUBREL delivers it exactly once to a subscriber, and one more
 // PUBREL is 0x92. An exchange whose session did not come back is dropped

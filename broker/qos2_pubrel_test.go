@@ -231,7 +231,7 @@ func TestInvariant18_PubrelWhoseReleaseFailedIsNeverCompleted(t *testing.T) {
 		})
 	}
 	// A broadcast QoS 2 publish is held in the broadcast log's store until
-	// its PUBREL too (RFC 0003 §2): a failed release delivers nothing, and
+	// its PUBREL too (rfcs/qos2-holds.md): a failed release delivers nothing, and
 	// the one that succeeds later delivers it once.
 	t.Run("broadcast", func(t *testing.T) {
 		b := brokertest.Start(t, qos2ConfigWith(t, sqliteProvider, ""))

@@ -20,7 +20,7 @@ import (
 	"saguin.dev/broker/internal/clock"
 )
 
-// QoS 2 inbound on channels: held publishes (RFC 0003 §2, qos2.go).
+// QoS 2 inbound on channels: held publishes (rfcs/qos2-holds.md, qos2.go).
 
 const qos2Config = `
 broker:
@@ -556,7 +556,7 @@ func TestQoS2ReleaseIntoQueueAndLatest(t *testing.T) {
 	}
 }
 
-// RFC 0003 §3: a hold the store refuses to drop (its session ended) stays
+// rfcs/sessions-ownership.md: a hold the store refuses to drop (its session ended) stays
 // in the index and is dropped again every second until the store takes it,
 // then counted abandoned once; the exchange is gone for its client meanwhile
 // (a later PUBREL is 0x92, never completed).
@@ -585,7 +585,7 @@ func TestQoS2RefusedDropIsRetriedEverySecond(t *testing.T) {
 	waitQoS2(t, b, broker.QoS2Stats{Held: 0, Abandoned: 1})
 }
 
-// RFC 0003 §9 at QoS 2: a zero-length publish to a latest channel deletes
+// docs/channels.md "`latest`" at QoS 2: a zero-length publish to a latest channel deletes
 // its topic's value when released, and deleting a topic that holds no value
 // stores nothing — no tombstone, no offset taken — exactly as at QoS 1.
 func TestQoS2DeletionOfAnUnsetLatestTopicStoresNothing(t *testing.T) {

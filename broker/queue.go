@@ -17,11 +17,10 @@ import (
 )
 
 // offerTick: new work and new workers are offered on a fixed 200ms tick; an
-// answer, or the PUBACK that reopens a full window, offers at once (RFC 0003
-// "Delivery"). Not configurable: nobody could reason about another value.
+// answer, or the PUBACK that reopens a full window, offers at once (docs/channels.md "`queue`"). Not configurable: nobody could reason about another value.
 const offerTick = 200 * time.Millisecond
 
-// deliveryState is a job's state while it is out (RFC 0003 "States"):
+// deliveryState is a job's state while it is out (docs/channels.md "`queue`"):
 // AVAILABLE and RESOLVED are not represented; a job in neither of these two
 // is available or gone.
 type deliveryState int
@@ -52,7 +51,7 @@ type delivery struct {
 type worker struct {
 	sess    *session
 	cl      *mqtt.Client
-	holding *delivery // one job per worker per queue (RFC 0003 "Delivery")
+	holding *delivery // one job per worker per queue (docs/channels.md "`queue`")
 }
 
 // queueEngine runs one queue: the index of its workers, the jobs out with
@@ -100,7 +99,7 @@ type queueEngine struct {
 
 	kick chan struct{}
 
-	// What the metric catalogue counts of the queue (RFC 0005 §2.5).
+	// What the metric catalogue counts of the queue (docs/operations.md "Metrics", "Queues").
 	// Each delivery handed over ends in exactly one of acknowledged,
 	// returned, redelivered or dead-lettered; dead-lettered and expired
 	// also count jobs moved without a delivery (expired while waiting,
@@ -210,7 +209,7 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 		q.returned.Add(1) // never reached the worker: back, attempt unspent
 	}
 	if errors.Is(err, packets.ErrPacketTooLarge) {
-		// RFC 0003 §5: checked before handover; the chosen worker is
+		// docs/channels.md "What a delivery carries": checked before handover; the chosen worker is
 		// disconnected and the job goes back unspent.
 		q.b.log.Warn("job larger than the worker's Maximum Packet Size: disconnecting", "queue", q.ch.name,
 			"client", d.worker.sess.id, "offset", d.offset)
@@ -284,7 +283,7 @@ func (q *queueEngine) countAttempt(d *delivery, now time.Time) {
 }
 
 // isVerdict reports whether an answer's payload is one of the two a worker
-// may give (RFC 0003 "Acknowledgement and return"): exactly "ack" or
+// may give (docs/channels.md "`queue`"): exactly "ack" or
 // "return", case and bytes as written — anything else is ignored, never
 // guessed at.
 func isVerdict(payload string) bool { return payload == "ack" || payload == "return" }
@@ -363,8 +362,7 @@ func (q *queueEngine) endLease(d *delivery, why string, since time.Time) {
 	// The Delivery ID dies now, but the job stays marked out until it is
 	// decided: no offer may take a job that is about to be dead-lettered
 	// (invariants 4, 5). The worker stays busy until then too, so the
-	// offer that follows finds the job back in its offset order (RFC 0003
-	// "Ordering"), as after an ack.
+	// offer that follows finds the job back in its offset order (docs/channels.md), as after an ack.
 	d.ending = true
 	delete(q.byID, d.id)
 	q.mu.Unlock()
@@ -410,7 +408,7 @@ func (q *queueEngine) settle(d *delivery, why string, since time.Time) {
 	q.b.log.Debug("job back in the queue", "queue", q.ch.name, "offset", d.offset, "why", why, "attempts", item.Attempts)
 }
 
-// backoff is the gap after n attempts (RFC 0003 "Backoff").
+// backoff is the gap after n attempts (docs/channels.md "`queue`").
 func (q *queueEngine) backoff(n uint32) time.Duration {
 	base := q.ch.cfg.BackoffBase
 	if n == 0 || base <= 0 {

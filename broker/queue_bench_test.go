@@ -131,7 +131,7 @@ func BenchmarkQueueCycle(b *testing.B) {
 }
 
 // BenchmarkQueueDrain300 is the time one worker takes to drain a 300-job
-// backlog at Receive Maximum 1, 2 and unset (RFC 0003 "Delivery" quotes
+// backlog at Receive Maximum 1, 2 and unset (docs/channels.md "`queue`" quotes
 // 53–213ms for a reference implementation).
 func BenchmarkQueueDrain300(b *testing.B) {
 	for _, rm := range []uint16{1, 2, 0} {

@@ -119,7 +119,7 @@ func (a *queueAnalysis) expiryLB(i int) stamp {
 }
 
 // endLB is the earliest delivery i can have ended: by its timeout, by its
-// holder's answer, or by its connection ending (RFC 0003 "A lease ends").
+// holder's answer, or by its connection ending (docs/channels.md "`queue`").
 func (a *queueAnalysis) endLB(i int) stamp {
 	d := a.h.deliveries[i]
 	c := a.h.conns[d.conn]

@@ -36,7 +36,7 @@ const changedLimit = 4096
 // hold no job from this queue and have room in their window.
 //
 // Jobs are read forward from scanFrom, a page at a time, and looked at in
-// offset order (seed RFC 0003 "Ordering"). A pass that leaves jobs of its
+// offset order (seed docs/channels.md). A pass that leaves jobs of its
 // page unread keeps them for the next pass while scanPrefix holds (the
 // next pass, starting at scanFrom, would read exactly those jobs again);
 // otherwise the next pass starts over at scanFrom. A job that comes back

@@ -6,9 +6,9 @@ import (
 	"saguin.dev/broker/brokertest"
 )
 
-// Records are offered in offset order (RFC 0003 "Ordering"): a job that
+// Records are offered in offset order (docs/channels.md): a job that
 // comes back is offered before the later jobs the offer loop already read
-// and kept for its next passes (RFC 0003 ours, "Offering").
+// and kept for its next passes (rfcs/0003-queue-engine.md "Offering").
 func TestQueueReturnedJobIsOfferedBeforeLaterOnes(t *testing.T) {
 	r := newQueueRig(t, queueConfig)
 	pub := brokertest.Connect(t, r.b.Address(), "producer", brokertest.ClientOptions{CleanStart: true})

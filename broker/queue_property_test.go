@@ -1,6 +1,6 @@
 package broker_test
 
-// A model-based test of the queue engine (RFC 0003 "queue"): rapid draws a
+// A model-based test of the queue engine (docs/channels.md "`queue`"): rapid draws a
 // sequence of publishes, clock moves, answers, disconnects, reconnects and
 // restarts; a real broker on a fake clock serves three stock paho workers
 // over real sockets; the harness records what each worker received and when,
@@ -148,7 +148,7 @@ func (m *queueModel) advance(d time.Duration) {
 }
 
 // answer sends the verdict for delivery i from connection qc, echoing its
-// Correlation Data on its Response Topic (RFC 0003). own: qc is where it came.
+// Correlation Data on its Response Topic (docs/channels.md). own: qc is where it came.
 func (m *queueModel) answer(qc *qmConn, i int, verdict string) {
 	m.ev++
 	job := m.conns[m.h.deliveries[i].conn].pubs[i]

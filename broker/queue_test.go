@@ -306,7 +306,7 @@ func TestInvariant11_WildcardNeverReachesAQueue(t *testing.T) {
 	}
 }
 
-// Every refused queue subscription form gets its code (RFC 0002 §2.3).
+// Every refused queue subscription form gets its code (docs/channels.md "The `$saguin/` topics").
 func TestQueueSubscriptionForms(t *testing.T) {
 	r := newQueueRig(t, queueConfig)
 	c := brokertest.Connect(t, r.b.Address(), "c", brokertest.ClientOptions{CleanStart: true})

@@ -40,7 +40,7 @@ func (b *tokenBucket) wait(now time.Time) time.Duration {
 }
 
 // allows reports whether cost fits what is left. A cost larger than the
-// whole burst fits a full bucket (RFC 0002 §1.5 publish_bytes: "a message
+// whole burst fits a full bucket (docs/configuration.md "`broker.limits`" publish_bytes: "a message
 // larger than the whole budget is admitted (goes into deficit)"), so a
 // budget below the message size slows a client down instead of silencing
 // it for ever.
@@ -61,7 +61,7 @@ func (b *tokenBucket) full(now time.Time) bool {
 
 // publishBudgets are the per-client limits.publish_rate and
 // limits.publish_bytes budgets. A budget follows the client id, not the
-// connection, so reconnecting does not refill it (RFC 0002 §1.5); once it
+// connection, so reconnecting does not refill it (docs/configuration.md "`broker.limits`"); once it
 // has refilled it is dropped, which is what bounds the map (invariant 13):
 // an entry lives at most until its deficit is paid back, so the map holds
 // the ids that published within the last refill time, no more.
@@ -83,7 +83,7 @@ type clientBudget struct {
 }
 
 // budgetFigures are the publish figures one client is held to: the
-// broker-wide limits, or its ACL entry's (RFC 0002 §1.5: figures follow the
+// broker-wide limits, or its ACL entry's (docs/configuration.md "`broker.limits`": figures follow the
 // user name, the budget follows the client id).
 type budgetFigures struct {
 	rate  int   // messages per second, 0 = no bound
@@ -159,7 +159,7 @@ func (p *publishBudgets) held() int {
 }
 
 // overPublishBudget is the publish path's rate check, made before topic
-// resolution, authorisation and storage (RFC 0002 §1.5: a client over its
+// resolution, authorisation and storage (docs/configuration.md "`broker.limits`": a client over its
 // rate costs the broker nothing more). Over ⇒ 0x97 on the PUBACK/PUBREC,
 // the connection left alone; QoS 0 is dropped (refuse). The size charged
 // is the message as stored: topic, payload and User Properties.
@@ -197,7 +197,7 @@ func (b *Broker) overPublishBudget(cl *mqtt.Client, pk packets.Packet) (packets.
 		// The PUBACK is written here rather than by the substrate, which
 		// logged every refusal code a hook returns at error level with the
 		// whole packet (logging.Substrate now drops that line). Rate
-		// refusals are logged at debug (RFC 0002 §1.5), rate-limited per
+		// refusals are logged at debug (docs/configuration.md "`broker.limits`"), rate-limited per
 		// client like every refusal (logPublishRefusal).
 		b.logPublishRefusal(cl, pk, code)
 		if b.answerInTurn(cl, pk, code) {

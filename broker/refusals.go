@@ -31,7 +31,7 @@ const (
 )
 
 // publishRateReason begins the reason of a publish-rate refusal, which
-// configuration.md §3.3 logs at debug; inflightReason that of a QoS 2
+// docs/channels.md "What a publish is answered" logs at debug; inflightReason that of a QoS 2
 // publish past the per-client allowance (qos2.go).
 const (
 	publishRateReason = "publish rate exceeded"
@@ -39,7 +39,7 @@ const (
 )
 
 // refused counts one refusal given to cl and logs it, rate-limited per
-// client and kind (operations.md §3.2: refusals at warn). A refused
+// client and kind (docs/operations.md "Logs": refusals at warn). A refused
 // CONNECT ends its connection; any other refusal that does is given by
 // refusedClosing.
 func (b *Broker) refused(level slog.Level, cl *mqtt.Client, kind string, code byte, msg string, args ...any) {
@@ -71,7 +71,7 @@ func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code pack
 	}
 	refused := b.refused
 	if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion < 5 {
-		// RFC 0002 §3.3: a 3.1.1 client, which has no reason codes, is
+		// docs/channels.md "What a publish is answered": a 3.1.1 client, which has no reason codes, is
 		// closed rather than answered (publish.go refuse, inbound.answer).
 		refused = b.refusedClosing
 	}
@@ -80,7 +80,7 @@ func (b *Broker) logPublishRefusal(cl *mqtt.Client, pk packets.Packet, code pack
 }
 
 // filterRefusals gathers the filters one SUBSCRIBE had refused one by one
-// (RFC 0002 §3.2): how many under each code (a handful of codes: a fixed
+// (docs/security.md "Every refusal, and its code"): how many under each code (a handful of codes: a fixed
 // array, invariant 13 whatever the packet holds) and the first of them.
 type filterRefusals struct {
 	n           int
@@ -99,7 +99,7 @@ func (r *filterRefusals) add(filter string, code byte, reason string) {
 }
 
 // logFilterRefusals is the one line a SUBSCRIBE whose filters were refused
-// writes (operations.md §3.2: refusals at warn), however many it refused,
+// writes (docs/operations.md "Logs": refusals at warn), however many it refused,
 // rate-limited per client with the other subscribe refusals: it names the
 // count, the first refused filter, its code and why. Every refused filter
 // is counted under its own code (saguin_subscriptions_refused_total). The

@@ -16,8 +16,7 @@ import (
 	"saguin.dev/broker/internal/ops"
 )
 
-// The record of refused clients /v1/operations/refused reads (RFC 0005
-// §1.5): every connection the broker refused at or before its CONNECT, or
+// The record of refused clients /v1/operations/refused reads (docs/operations.md "The routes"): every connection the broker refused at or before its CONNECT, or
 // ended for a refusal, one row per client id. Every such refusal passes
 // the broker's refusal log (refusals.go, admission.go, doors.go and the
 // substrate's adapter), whose observer (noteRefusal) feeds the record; a
@@ -151,7 +150,7 @@ func (r *refusedRecord) view(max int) ops.Refused {
 // noteRefusal is the refusal log's observer: a refusal that ended its
 // connection makes or counts its client's row. A socket closed for
 // "server busy" before its CONNECT was read is counted by the metric but
-// gets no row (RFC 0005 §1.5): its client is not known.
+// gets no row (docs/operations.md "The routes"): its client is not known.
 func (b *Broker) noteRefusal(f logging.Refusal) {
 	if !f.Ends || (f.ClientID == "" && f.Kind == refuseConnect && f.Code == packets.ErrServerBusy.Code) {
 		return

@@ -12,15 +12,15 @@ import (
 // files; saguin --check-config shows them all.
 const maxReloadLines = 20
 
-// ReloadAuthority is SIGUSR1's part (3) (operations.md §3.1): every MQTT
-// password file, every operator password file (RFC 0005 §1.4) and the ACL
+// ReloadAuthority is SIGUSR1's part (3) (docs/operations.md "Signals"): every MQTT
+// password file, every operator password file (docs/operations.md "Who the caller is") and the ACL
 // read again from the paths the broker started with, all or nothing. A file that does not load changes nothing — each
 // problem is logged at error naming its file and line, and the broker
 // keeps serving on what it had; otherwise the new files are swapped in
 // whole, each logs what it now holds, and every delivery a withdrawn grant
 // stalled is woken to ask again (a grant that came back resumes it,
 // invariant 16). cfg is the configuration the broker started with: which
-// files are named is startup-only (RFC 0002 §6); their contents are not.
+// files are named is startup-only (docs/operations.md "The command line"); their contents are not.
 func (b *Broker) ReloadAuthority() error {
 	next, err := loadAuthority(b.cfg, b.authGen.Add(1))
 	if err != nil {
@@ -70,7 +70,7 @@ func reloadProblems(err error) []string {
 }
 
 // logAuthority says what the broker now authenticates against and
-// authorizes by (operations.md §3.4 item 2, §3.1: each part logs what it
+// authorizes by (docs/operations.md "A start" item 2, §3.1: each part logs what it
 // holds): each password file with its user count, and the ACL with its
 // roles and user patterns — or that there is none.
 func (b *Broker) logAuthority(a *authority, prefix string) {

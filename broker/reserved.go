@@ -12,7 +12,7 @@ import (
 )
 
 // publishReserved routes a PUBLISH under $saguin/. Exactly five topics are
-// publishable (RFC 0002 §2.3); this broker serves four of them — point
+// publishable (docs/channels.md "The `$saguin/` topics"); this broker serves four of them — point
 // read (pointread.go), seek (seek.go), queue answers (below) and the
 // hang-up (hangup.go) — and refuses the rest (the catalogue) by name
 // rather than pretending.
@@ -32,7 +32,7 @@ func (b *Broker) publishReserved(cl *mqtt.Client, pk packets.Packet) (packets.Pa
 		fmt.Sprintf("%s is not a topic clients may publish to under $saguin/", t)))
 }
 
-// The $saguin/ topics a client may publish to (RFC 0003: seek, point read,
+// The $saguin/ topics a client may publish to (docs/channels.md: seek, point read,
 // queue answers).
 const (
 	routeNone = iota
@@ -65,7 +65,7 @@ func reservedRoute(t string) (int, string) {
 	return routeNone, ""
 }
 
-// queueAnswer takes a worker's ack or return (RFC 0003 "Acknowledgement and
+// queueAnswer takes a worker's ack or return (docs/channels.md "Acknowledgement and
 // return"). The PUBACK says only that the broker received the packet: the
 // worker is never told whether its answer was applied (invariant 3).
 func (b *Broker) queueAnswer(cl *mqtt.Client, pk packets.Packet, name string) (packets.Packet, error) {

@@ -8,8 +8,7 @@ import (
 	"saguin.dev/broker/config"
 )
 
-// FuzzPointReadKey: a point read's key is a payload of any bytes (RFC 0003
-// §9). A key accepted is one topic within the limits, valid UTF-8 without
+// FuzzPointReadKey: a point read's key is a payload of any bytes (docs/channels.md "`latest`"). A key accepted is one topic within the limits, valid UTF-8 without
 // NUL, no wildcard, outside the $ space; a refusal always carries a reason
 // code the spec names for it (0x83 or 0x90) and a reason to read.
 func FuzzPointReadKey(f *testing.F) {

@@ -22,7 +22,7 @@ const retainedStoreName = "$saguin/retained"
 // waits for the next tick (invariant 13).
 const retainedSweepLimit = 100000
 
-// openRetained opens the broadcast retained store (RFC 0003 "Retained
+// openRetained opens the broadcast retained store (docs/channels.md "Retained
 // messages"): MQTT's own store, kept on a provider so it survives a restart
 // as that provider promises, and bounded by that provider's max_bytes.
 func (b *Broker) openRetained() error {
@@ -91,7 +91,7 @@ func (b *Broker) retainedFor(sub packets.Subscription, existed bool, declared pa
 	var matched []storage.Record
 	err := b.retained.Scan(func(rec storage.Record) bool {
 		// A declared slice takes the retained pass too: it is a
-		// current-state pass (RFC 0003 "Client-declared partitioning").
+		// current-state pass (rfcs/partition.md).
 		if topic.Match(sub.Filter, rec.Topic) && declared.Match(rec.Topic) && !retainedExpired(&rec, now) {
 			if _, claimed := b.resolver.Resolve(rec.Topic); !claimed {
 				matched = append(matched, rec)

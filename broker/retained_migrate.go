@@ -9,7 +9,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// settleRetained runs at start (configuration.md §4.5): a broadcast
+// settleRetained runs at start (docs/configuration.md "`broker.retained`"): a broadcast
 // retained value whose topic a channel now claims — the configuration
 // gained a channel, or a filter widened — is no longer the retained
 // store's. Into a latest channel it is moved (the channel is that topic's

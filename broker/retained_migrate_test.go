@@ -88,7 +88,7 @@ func retainedReceived(t *testing.T, addr, id, filter string) map[string]string {
 	}
 }
 
-// configuration.md §4.5: when a channel comes to claim a broadcast topic
+// docs/configuration.md "`broker.retained`": when a channel comes to claim a broadcast topic
 // the retained store holds a value for, the start settles it — into a
 // latest channel it is moved (served by the channel from now on), into an
 // append or queue channel it is discarded; each counted in the log. It is
@@ -181,7 +181,7 @@ func TestRetainedValueOlderThanTheLatestChannelsIsDiscarded(t *testing.T) {
 	}
 }
 
-// configuration.md §4.5: a move into a latest channel whose provider is
+// docs/configuration.md "`broker.retained`": a move into a latest channel whose provider is
 // full is a start-up error naming the channel, the provider and how many
 // values could not move — nothing is dropped to make the start succeed.
 func TestRetainedMoveIntoAFullProviderIsAStartupError(t *testing.T) {

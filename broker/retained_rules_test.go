@@ -10,7 +10,7 @@ import (
 	"saguin.dev/broker/brokertest"
 )
 
-// The retained store follows MQTT's rules in each place RFC 0003 "Retained
+// The retained store follows MQTT's rules in each place docs/channels.md "Retained
 // messages" lists (step 4 item 3). Each test publishes status/door retained
 // on a broadcast topic unless it says otherwise.
 
@@ -91,7 +91,7 @@ func TestRetainHandlingOnTheRetainedStore(t *testing.T) {
 }
 
 // Nothing of the retained store goes to a shared subscription
-// (MQTT-3.8.4-4 leaves it to the server; RFC 0003 says none).
+// (MQTT-3.8.4-4 leaves it to the server; docs/channels.md says none).
 func TestSharedSubscriptionIsSentNoRetainedValue(t *testing.T) {
 	b, pub := retainedRulesRig(t)
 	c := brokertest.Connect(t, b.Address(), "s", brokertest.ClientOptions{CleanStart: true})
@@ -134,7 +134,7 @@ func TestRetainFlagOnlyOnTheStoredPassUnlessRetainAsPublished(t *testing.T) {
 
 // A retained publish to a queue topic is accepted as a job with the flag
 // dropped: the worker gets it without RETAIN, and the retained store holds
-// nothing for a later subscriber (RFC 0003 "Retained messages").
+// nothing for a later subscriber (docs/channels.md "Broadcast").
 func TestRetainedPublishToAQueueDropsTheFlag(t *testing.T) {
 	r := newQueueRig(t, queueConfig)
 	pub := brokertest.Connect(t, r.b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})

@@ -144,7 +144,7 @@ func TestInvariant01_StoredPositionBelowFloorIsNeverServedAsIfNothingHappened(t 
 	}
 }
 
-// Seek: every payload form and refusal of RFC 0003 §8.
+// Seek: every payload form and refusal of docs/channels.md "`append`".
 func TestSeekPayloadFormsAndRefusals(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 	cfg := brokertest.Config(t, t.TempDir(), strings.Replace(retentionConfig, "1h", "none", 1))

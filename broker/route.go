@@ -13,7 +13,7 @@ import (
 
 // routing is what the configuration alone decides about topics and
 // filters: which channel a topic lands in (invariant 12, the resolver) and
-// what a subscription filter is granted and served (RFC 0002 §2.2, §3.2).
+// what a subscription filter is granted and served (docs/configuration.md "`channels`"; docs/security.md "Every refusal, and its code").
 // The broker asks it for every SUBSCRIBE and every session it restores;
 // saguin --route asks it with no broker running (Route), so an operator's
 // "where does this go" is answered by the code that decides it.
@@ -36,8 +36,7 @@ func (r routing) isQueue(name string) bool {
 	return ok && ch.Type == "queue"
 }
 
-// filterCode decides one filter: the granted QoS, or the refusal RFC 0002
-// §3.2 names for it and why.
+// filterCode decides one filter: the granted QoS, or the refusal docs/security.md "Every refusal, and its code" names for it and why.
 func (r routing) filterCode(f packets.Subscription, v5 bool) (byte, string) {
 	filter := f.Filter
 	lim := r.cfg.Broker.Limits
@@ -123,7 +122,7 @@ func (r routing) queueFormCode(f packets.Subscription, name string, v5 bool) (by
 	}
 	if f.NoLocal {
 		// A job withheld from the one worker that published it would never
-		// move again (RFC 0003 "Delivery").
+		// move again (docs/channels.md "`queue`").
 		return subackFilterInvalid, "a queue is consumed without No Local"
 	}
 	if f.Qos == 0 {
@@ -144,7 +143,7 @@ func seekReplyChannel(filter string) (string, bool) {
 	return name, true
 }
 
-// RouteRow is one line of saguin --route (RFC 0002 §6): where a topic
+// RouteRow is one line of saguin --route (docs/operations.md "The command line"): where a topic
 // lands, or how a subscription filter is served by one channel (or by
 // broadcast). Channel and Type are "" where nothing applies (printed "-").
 type RouteRow struct {
@@ -255,7 +254,7 @@ func (r routing) filterRows(filter string) []RouteRow {
 }
 
 // RoutingTable lists every channel filter, most exact first: the order in
-// which they claim topics (RFC 0002 §2.1).
+// which they claim topics (docs/configuration.md "`channels`").
 func RoutingTable(cfg *config.Config) []RouteRow {
 	var rows []RouteRow
 	for _, ch := range cfg.Channels {

@@ -14,7 +14,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// seekTarget is a parsed seek payload (RFC 0003 §8 "Seek").
+// seekTarget is a parsed seek payload (docs/channels.md "`append`" "Seek").
 type seekTarget struct {
 	kind   int // seekOffset, seekFloor, seekHead, seekTime
 	offset uint64
@@ -100,7 +100,7 @@ func parseAgo(s string) (time.Duration, bool) {
 }
 
 // seek moves the publishing session's own position on an append channel
-// (RFC 0003 §8). It never deletes records, never moves the floor and never
+// (docs/channels.md "`append`"). It never deletes records, never moves the floor and never
 // moves anyone else.
 func (b *Broker) seek(cl *mqtt.Client, pk packets.Packet, name string) (packets.Packet, error) {
 	ch, ok := b.channels[name]

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// FuzzParseSeek: a seek payload is client input (RFC 0003 §8 "Seek"). Any
+// FuzzParseSeek: a seek payload is client input (docs/channels.md "`append`" "Seek"). Any
 // bytes are refused or read as exactly one of the four forms, never a panic
 // and never more than 64 bytes read.
 func FuzzParseSeek(f *testing.F) {

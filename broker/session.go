@@ -53,7 +53,7 @@ type session struct {
 	// waiting out its delay.
 	will *will
 	// declared holds the saguin-filter declaration of each filter that was
-	// subscribed with one (RFC 0003 "Client-declared partitioning"): it
+	// subscribed with one (rfcs/partition.md): it
 	// lasts as long as the session, and a SUBSCRIBE of the same filter
 	// without one replaces it.
 	declared map[string]partition.Matcher
@@ -77,7 +77,7 @@ type subscription struct {
 	retainAsPublished bool
 	retainHandling    byte
 	// multiChannel: the filter reaches more than one channel, so deliveries
-	// carry saguin-channel (RFC 0003 §4).
+	// carry saguin-channel (docs/channels.md "What a publish is answered").
 	multiChannel bool
 	// partition is the slice the subscriber declared (its zero value,
 	// nothing declared, matches every topic).
@@ -96,7 +96,7 @@ func newSession(id string) *session {
 	}
 }
 
-// reader is the name positions are stored under (RFC 0004 §3).
+// reader is the name positions are stored under (docs/operations.md "Storage files").
 func (s *session) reader() string { return "mqtt:" + s.id }
 
 // owner returns the connection that owns the session, or nil.
@@ -110,7 +110,7 @@ func (s *session) owner() *mqtt.Client {
 // back their unacknowledged deliveries (deliveries.takeBack): nothing more
 // is written to the connection, and a channel consumer resumes from its
 // position, never from a delivery that belonged to a connection that is
-// gone (invariant 15's rule for channels, RFC 0003 §8).
+// gone (invariant 15's rule for channels, docs/channels.md "`append`").
 func (s *session) stopPumps() {
 	s.mu.Lock()
 	cons := s.channelConsumers()

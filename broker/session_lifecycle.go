@@ -25,7 +25,7 @@ func (b *Broker) establishSession(cl *mqtt.Client, pk packets.Packet) {
 	b.claimForConnect(cl)
 	asked := pk.Connect.Clean
 	if ca := authOf(cl); ca != nil && ca.notPersistent {
-		// RFC 0002 §3.6: a client denied persistent gets a session that
+		// docs/security.md "A feature the ACL denies": a client denied persistent gets a session that
 		// ends with the connection, whatever it asked for.
 		pk.Connect.Clean = true
 	}
@@ -38,7 +38,7 @@ func (b *Broker) establishSession(cl *mqtt.Client, pk packets.Packet) {
 
 // sessionExpiry is what the client was granted: the Session Expiry Interval
 // capped by limits.max_session_expiry; a 3.1.1 cleanSession=0 client gets the
-// cap (RFC 0003 §8).
+// cap (docs/channels.md "`append`").
 func (b *Broker) sessionExpiry(cl *mqtt.Client) time.Duration {
 	max := b.cfg.Broker.Limits.MaxSessionExpiry
 	if cl.Properties.ProtocolVersion < 5 {
@@ -149,7 +149,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	s.will = willOf(pk)
 	if s.will != nil {
 		// A Will fired later is judged as the identity that armed it
-		// (RFC 0002 §4.4), which is kept with it across a restart.
+		// (rfcs/wills.md), which is kept with it across a restart.
 		s.will.username = ""
 		if ca := authOf(cl); ca != nil {
 			s.will.username = ca.user
@@ -166,7 +166,7 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	if exp == 0 {
 		if wasDurable {
 			// The session now ends with this connection: a restart must
-			// not bring it back (RFC 0003 §8).
+			// not bring it back (docs/channels.md "`append`").
 			b.forgetSession(cl.ID)
 		}
 		return ended
@@ -258,7 +258,7 @@ func (s *session) queueEngines(b *Broker) []*queueEngine {
 }
 
 // returnJobs takes the session's worker registrations off connection cl and
-// returns every job that connection held (RFC 0003: returned whenever the
+// returns every job that connection held (docs/channels.md: returned whenever the
 // connection ends, whatever becomes of the session).
 func (b *Broker) returnJobs(s *session, cl *mqtt.Client) {
 	s.mu.Lock()
@@ -361,7 +361,7 @@ func (b *Broker) disconnecting(cl *mqtt.Client, pk packets.Packet) {
 		// A DISCONNECT that keeps its Will (0x04) starts the wait now: its
 		// due moment is part of what is stored before the close, so a
 		// crash after the client saw the close still publishes it
-		// (invariant 18; seeds/rfc-0003 "Last Will": at least once).
+		// (invariant 18; rfcs/wills.md: at least once).
 		w.due = now.Add(min(w.delay, s.expiry))
 	}
 	s.mu.Unlock()

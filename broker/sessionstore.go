@@ -43,7 +43,7 @@ type storedSession struct {
 	LastSeen      int64             `json:"last_seen,omitempty"`
 	Subscriptions []storedSubscribe `json:"subscriptions"`
 	// Will is the session's Last Will, with the moment it falls due once
-	// its wait began. A restart keeps it either way (seeds/rfc-0003 "Last
+	// its wait began. A restart keeps it either way (docs/channels.md "Last
 	// Will"): one with a moment resumes its wait, or is published at once
 	// if the moment passed; one without (its client was connected when
 	// the broker stopped) waits on the restored session until the client
@@ -128,7 +128,7 @@ func (b *Broker) openSessions() error {
 		return fmt.Errorf("session store on provider %s: %w", name, err)
 	}
 	// QoS 2 broadcast publishes are held in the broadcast log's store
-	// (RFC 0003 §2 "Broadcast QoS 2", qos2_broadcast.go).
+	// (rfcs/qos2-holds.md "Broadcast QoS 2", qos2_broadcast.go).
 	b.bcastHolds, _ = p.(storage.HoldStore)
 	b.sessionProvider = name
 	return b.openBroadcastLog(p)
@@ -216,7 +216,7 @@ func (b *Broker) forgetSession(id string) {
 }
 
 // restoreSessions brings back every stored durable session before the
-// listeners open (step 5, RFC 0003 §8): a session whose expiry passed while
+// listeners open (step 5, docs/channels.md "`append`"): a session whose expiry passed while
 // the broker was stopped, or that holds a subscription this configuration
 // refuses, ends here with its positions; the rest wait for their client as
 // sessions that are away, so its CONNECT with Clean Start 0 is answered

@@ -17,7 +17,7 @@ import (
 )
 
 // Shared subscriptions on broadcast (MQTT 5 §4.8.2, delivery-front §6,
-// configuration.md §4.3; rfcs/broadcast-log.md). One member per message,
+// docs/channels.md "Shared subscriptions"; rfcs/broadcast-log.md). One member per message,
 // round-robin in client-id order among connected members with room. With
 // none, a QoS 1/2 message waits in the group's backlog — if some member's
 // session outlives its connection; else it is dropped, counted
@@ -112,8 +112,7 @@ func (sh *shares) all() []*shareGroup {
 }
 
 // pushLocked adds m at the back of the backlog, within
-// limits.session_queue_bytes: past it the oldest go, counted (configuration.md
-// §4.3 "Backlog bounded by limits.session_queue_bytes (oldest dropped)").
+// limits.session_queue_bytes: past it the oldest go, counted (docs/channels.md "Shared subscriptions" "Backlog bounded by limits.session_queue_bytes (oldest dropped)").
 func (g *shareGroup) pushLocked(b *Broker, m *broadcastMsg) {
 	charge := m.charge()
 	for g.bytes+charge > b.cfg.Broker.Limits.SessionQueueBytes && len(g.backlog) > 0 {
@@ -291,7 +290,7 @@ func (b *Broker) oldestUnsentHanded(group string) uint64 {
 }
 
 // eligible reports whether a connected member may be handed m now
-// (configuration.md §4.3 "Delivery"; delivery-front §5): it may be sent m
+// (docs/channels.md "Shared subscriptions" "Delivery"; delivery-front §5): it may be sent m
 // (the permission every delivery asks), at QoS 1/2 its Receive Maximum has
 // room for one more beyond what it holds and what waits for it, and m fits
 // its Maximum Packet Size. A member it does not fit is passed over, never
@@ -588,7 +587,7 @@ func (sh *shares) low(wm uint64) uint64 {
 }
 
 // expire drops the backlog of a group no member has been connected to for
-// broker.share.expires_after (configuration.md §4.3), counted.
+// broker.share.expires_after (docs/channels.md "Shared subscriptions"), counted.
 func (sh *shares) expire(b *Broker) {
 	after := b.cfg.Broker.Share.ExpiresAfter
 	if sh == nil || after <= 0 {

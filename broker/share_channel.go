@@ -7,7 +7,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// Shared groups over append and latest channels (configuration.md §4.3,
+// Shared groups over append and latest channels (docs/channels.md "Shared subscriptions",
 // delivery-front §6; rfcs/broadcast-log.md): a group is served what is
 // stored after it began — append: new records only, no replay, no
 // offsets, no position moved; latest: changes only, no state pass — split
@@ -34,7 +34,7 @@ func (b *Broker) shareChannelRecord(rec storage.Record) {
 	if len(rec.CorrelationData) > 0 {
 		m.props.CorrelationData = append([]byte(nil), rec.CorrelationData...)
 	}
-	// The record's Message ID travels as saguin-id (RFC 0003 §4); offsets
+	// The record's Message ID travels as saguin-id (docs/channels.md "What a publish is answered"); offsets
 	// do not (a group has none).
 	m.props.User = append(m.props.User, packets.UserProperty{Key: "saguin-id", Val: rec.MessageID})
 	m.measure()

@@ -9,7 +9,7 @@ import (
 )
 
 // A shared group over an append channel is split the channel's new records,
-// one member each (configuration.md §4.3).
+// one member each (docs/channels.md "Shared subscriptions").
 func TestSharedGroupOnAppendChannelSplitsNewRecords(t *testing.T) {
 	b := bcastBroker(t, bcastOpts{provider: sqliteProvider})
 	m1, _ := brokertest.DialRaw(t, b.Address(), "cm1", true, 0)

@@ -43,7 +43,7 @@ func countPublishes(c *brokertest.RawClient, d time.Duration) int {
 	}
 }
 
-// configuration.md §4.3 "Delivery" and delivery-front §5: a shared group
+// docs/channels.md "Shared subscriptions" "Delivery" and delivery-front §5: a shared group
 // hands a message only to a member it fits — one whose Maximum Packet Size
 // it is over is passed over, not disconnected, and nothing is dropped or
 // counted; the member it fits takes every one.
@@ -81,7 +81,7 @@ func TestSharedGroupPassesOverAMemberAMessageDoesNotFit(t *testing.T) {
 	}
 }
 
-// configuration.md §4.3 "Delivery": at QoS 1/2 a member is eligible only
+// docs/channels.md "Shared subscriptions" "Delivery": at QoS 1/2 a member is eligible only
 // with Receive Maximum room. One that holds its only slot unacknowledged is
 // passed over, so the group's other member takes the rest at once instead
 // of them waiting behind the slow one.

@@ -11,7 +11,7 @@ import (
 var errSocketLockHeld = errors.New("lock held")
 
 // lockSocketPath takes an exclusive flock on the lock file beside a unix
-// door's socket (RFC 0002 §5 "unix socket lock held by another broker").
+// door's socket (docs/operations.md "A start" "unix socket lock held by another broker").
 // The kernel lets it go when the descriptor closes or the process dies, so
 // a broker that was killed leaves no lock behind, only a stale socket,
 // which the next one replaces. The file is opened read-only (flock needs

@@ -9,7 +9,7 @@ import (
 	"saguin.dev/broker/config"
 )
 
-// The startup statements (operations.md §3.4): what the broker promises,
+// The startup statements (docs/operations.md "A start"): what the broker promises,
 // said once at start in the order it takes each step, so an operator reads
 // from the log what this instance keeps, for how long, and who may reach
 // it — without the configuration file at hand.
@@ -58,7 +58,7 @@ func (b *Broker) logStorageDeclared() {
 }
 
 // logPromises says, once storage is open, what the retained store, QoS 2
-// and sessions keep (operations.md §3.4 items 4–6).
+// and sessions keep (docs/operations.md "A start" items 4–6).
 func (b *Broker) logPromises() {
 	r := b.cfg.Broker.Retained
 	if r.RetentionPeriod > 0 {
@@ -85,8 +85,7 @@ func durability(p config.Provider) string {
 	return "nothing across a restart"
 }
 
-// logServing is the broker's one line once every door serves (operations.md
-// §3.4 item 8): version, broker id, doors with their layers, protocols, how
+// logServing is the broker's one line once every door serves (docs/operations.md "A start" item 8): version, broker id, doors with their layers, protocols, how
 // each door authenticates, and the channels; then one line per queue with
 // how a worker consumes and answers it.
 func (b *Broker) logServing(doors []string) {
@@ -114,8 +113,7 @@ func (b *Broker) logServing(doors []string) {
 	}
 }
 
-// clientAuthentication is how a door decides who a client is (RFC 0002
-// §1.3, §1.11): a required certificate, an optional one, a password file,
+// clientAuthentication is how a door decides who a client is (docs/configuration.md "`broker.mqtt`"; docs/security.md "1. Certificates"): a required certificate, an optional one, a password file,
 // anonymous clients — joined with "+" where several apply.
 func clientAuthentication(l config.Listener) string {
 	var ways []string

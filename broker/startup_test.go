@@ -8,7 +8,7 @@ import (
 	"saguin.dev/broker/brokertest"
 )
 
-// operations.md §3.4: a start says what this broker keeps and who may reach
+// docs/operations.md "A start": a start says what this broker keeps and who may reach
 // it — inert and bounded providers, the retained store, exactly-once, where
 // sessions live and what survives a stop, one summary once every door
 // serves (protocols, each door's client authentication, the channels), and

@@ -16,7 +16,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// Reason codes on a SUBACK (RFC 0002 §3.2).
+// Reason codes on a SUBACK (docs/security.md "Every refusal, and its code").
 const (
 	subackImplementation = 0x83
 	subackNotAuthorized  = 0x87
@@ -32,7 +32,7 @@ var handled = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puba
 
 // subscribe serves a SUBSCRIBE in place of the substrate, which can answer a
 // filter only with the codes it knows. Sagüin decides each filter's code
-// itself (RFC 0002 §3.2), registers broadcast interest with the substrate's
+// itself (docs/security.md "Every refusal, and its code"), registers broadcast interest with the substrate's
 // index, writes the SUBACK, and only then lets channel pumps and retained
 // broadcast values flow, so the SUBACK always goes first.
 func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
@@ -56,7 +56,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	if !all && v5 && g != nil && g.Denies(acl.Share) {
 		for _, f := range pk.Filters {
 			if strings.HasPrefix(f.Filter, "$share/") {
-				// RFC 0002 §3.2, §3.6: the CONNACK said Shared Subscription
+				// docs/security.md "Every refusal, and its code"; docs/security.md "A feature the ACL denies": the CONNACK said Shared Subscription
 				// Available 0; a client that asks anyway is disconnected.
 				code := withReason(packets.ErrSharedSubscriptionsNotSupported, "this client may not use shared subscriptions")
 				b.refusedClosing(slog.LevelWarn, cl, refuseSubscribe, code.Code, "DISCONNECT: shared subscription from a client denied share", "filter", f.Filter)
@@ -67,12 +67,11 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	}
 
 	// An unread saguin-* instruction refuses every filter in the packet
-	// (RFC 0003 §4: unknown instruction refused, unknown data stripped).
+	// (docs/channels.md "What a publish is answered": unknown instruction refused, unknown data stripped).
 	packetCode := byte(0)
 	reason := ""       // the SUBACK's Reason String, when a rule of ours refused
 	deletions := false // saguin-deletions: tombstones in the latest state pass (latest.go)
-	// saguin-filter: the slice the subscriber declares (RFC 0003
-	// "Client-declared partitioning"), on the packet, so it applies to
+	// saguin-filter: the slice the subscriber declares (rfcs/partition.md), on the packet, so it applies to
 	// every filter named. A malformed declaration refuses the packet.
 	var decl partition.Declaration
 	var declRefused error
@@ -232,7 +231,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		}
 	}
 	// Latest channels take the packet's filters together: one state pass
-	// per channel, saguin-deletions applying to every filter (RFC 0003 §9).
+	// per channel, saguin-deletions applying to every filter (docs/channels.md "`latest`").
 	var latestFresh, latestHeld []*latestConsumer
 	if len(latestSubs) > 0 {
 		latestFresh, latestHeld = b.addLatestSubscriptions(s, cl, latestSubs, deletions)
@@ -270,7 +269,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 // withinSubscriptionLimit refuses, with 0x97 (3.1.1: 0x80), each granted
 // filter that would take the client past limits.max_subscriptions, counted
 // after the SUBSCRIBE: a filter it already holds is a replacement and adds
-// nothing (configuration.md §1.5; invariant 13). The connection stays.
+// nothing (docs/configuration.md "`broker.limits`"; invariant 13). The connection stays.
 func (b *Broker) withinSubscriptionLimit(cl *mqtt.Client, pk packets.Packet, granted []packets.Subscription, codes []byte, v5 bool) []packets.Subscription {
 	max := b.cfg.Broker.Limits.MaxSubscriptions
 	held := cl.State.Subscriptions.GetAll()
@@ -320,7 +319,7 @@ func withSubscriptions(cl *mqtt.Client, granted []packets.Subscription) []packet
 }
 
 // filterCode decides one filter of a client's SUBSCRIBE: the granted QoS,
-// or the refusal RFC 0002 §3.2 names for it and why (for the log line,
+// or the refusal docs/security.md "Every refusal, and its code" names for it and why (for the log line,
 // logFilterRefusals). The decision is the configuration's alone
 // (routing.filterCode); the client adds only its protocol version.
 func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, string) {
@@ -328,8 +327,8 @@ func (b *Broker) filterCode(cl *mqtt.Client, f packets.Subscription) (byte, stri
 }
 
 // addChannelSubscription records filter f on the session and gives it a
-// consumer on every append channel it reaches (RFC 0002 §2.2), positioned
-// where RFC 0003 §8 says. It returns the new consumers, which the caller
+// consumer on every append channel it reaches (docs/configuration.md "`channels`"), positioned
+// where docs/channels.md "`append`" says. It returns the new consumers, which the caller
 // starts once the SUBACK is written: the SUBACK always goes first.
 func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.Subscription) []*consumer {
 	reached := b.resolver.Reaching(f.Filter)
@@ -378,7 +377,7 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 		out = append(out, c) // started once the SUBACK is written
 	}
 	for _, c := range existing {
-		// A filter added later does not reach back (RFC 0003 §8): the
+		// A filter added later does not reach back (docs/channels.md "`append`"): the
 		// consumer goes on from where it is, now matching more.
 		c.poke()
 	}
@@ -389,7 +388,7 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 // position when the session is durable and has one; otherwise the floor, or
 // the head on a start: tail channel. Retain Handling 2 means only new
 // records: without a position, the head; with one, the position is
-// committed at the head and the backlog dropped (RFC 0003 §8).
+// committed at the head and the backlog dropped (docs/channels.md "`append`").
 func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (uint64, error) {
 	if durable {
 		p, ok, err := ch.log.Position(s.reader())
@@ -420,7 +419,7 @@ func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (u
 
 // noPositionStart is where a reader of ch with no position starts: the
 // floor, or the head on a start: tail channel or for Retain Handling 2
-// (RFC 0003 §8).
+// (docs/channels.md "`append`").
 func noPositionStart(ch *channel, rh2 bool) uint64 {
 	if rh2 || ch.cfg.StartTail {
 		return ch.log.Next()

@@ -53,8 +53,8 @@ func subackOf(t *testing.T, c *rawConn, v byte, pk []byte) []byte {
 }
 
 // TestLogRefusedSubscribeFiltersAreOneWarnLine: filters a SUBSCRIBE has
-// refused one by one (RFC 0002 §3.2) are a refusal given to a client:
-// one WARN line for the packet (operations.md §3.2) naming how many were
+// refused one by one (docs/security.md "Every refusal, and its code") are a refusal given to a client:
+// one WARN line for the packet (docs/operations.md "Logs") naming how many were
 // refused, the first of them, its code and why — however many filters it
 // refused — and each refused filter counted under its own code. The line
 // goes through the refusal rate limit: the same client's next refused

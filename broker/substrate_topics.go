@@ -15,7 +15,7 @@ import (
 // publisher is then never answered and waits forever, and topics MQTT calls
 // ordinary — topics are case-sensitive (MQTT 5 §4.7.3), so $sys/x is not
 // $SYS — are lost. Sagüin decides every one of these topics itself, as
-// configuration.md §2.3 and §3.3 say (publish.go): $SYS 0x87, $share/ 0x90,
+// docs/channels.md "The `$saguin/` topics"; docs/channels.md "What a publish is answered" say (publish.go): $SYS 0x87, $share/ 0x90,
 // the rest ordinary.
 //
 // To get them past that check, and still through the substrate's ordinary

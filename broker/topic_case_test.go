@@ -27,7 +27,7 @@ func nextTopic(t *testing.T, who string, m *paho.Publish, topic, payload string)
 // Topics are case-sensitive (MQTT 5 §4.7.3): $sys/x, $Sys/x and $SYSTEM/x
 // are ordinary broadcast topics — subscribed, published at every QoS and on
 // both protocol versions, retained and delivered like any — while $SYS/x
-// stays the broker's (SUBACK and PUBACK 0x87, configuration.md §3.2, §3.3).
+// stays the broker's (SUBACK and PUBACK 0x87, docs/security.md "Every refusal, and its code"; docs/channels.md "What a publish is answered").
 // Like every topic beginning with '$', they are reached only by filters
 // that spell their first level out: neither '#' nor a shared '#' gets them
 // (MQTT-4.7.2-1). A topic alias set on $sys/x carries it.

@@ -16,7 +16,7 @@ import (
 
 // A password file the broker cannot read whole — here a bcrypt ($2y$)
 // line, a hash type Sagüin does not read — stops the start naming the file
-// and line, before anything opens (RFC 0002 §5: the data directory stays
+// and line, before anything opens (docs/operations.md "A start": the data directory stays
 // empty), instead of a broker on which that user could never log in. A
 // WebSocket door beside it is served, so it is not named.
 func TestPasswordFileThatDoesNotLoadStopsTheStart(t *testing.T) {
@@ -53,7 +53,7 @@ func TestPasswordFileThatDoesNotLoadStopsTheStart(t *testing.T) {
 	}
 }
 
-// RFC 0005 §1.1: the operations listener binds at start with the MQTT
+// docs/configuration.md "`broker.operations`": the operations listener binds at start with the MQTT
 // doors; a port already in use stops the start, naming the door, and
 // leaves nothing bound behind it (the MQTT door's port is free again).
 func TestOperationsDoorOnATakenPortStopsTheStart(t *testing.T) {
@@ -89,7 +89,7 @@ func TestOperationsDoorOnATakenPortStopsTheStart(t *testing.T) {
 	again.Close()
 }
 
-// The warnings the loader computes (RFC 0002 §5: an inert provider here)
+// The warnings the loader computes (docs/operations.md "A start": an inert provider here)
 // are logged at start, at warn, each with its file and line.
 func TestConfigurationWarningsAreLoggedAtStart(t *testing.T) {
 	tmpl := strings.Replace(appendConfigWith(sqliteProvider, ""), "    providers:\n",

@@ -15,7 +15,7 @@ import (
 	"saguin.dev/broker/internal/metrics"
 )
 
-// Wills are Sagüin's, not the substrate's (RFC 0003 "Last Will"): the
+// Wills are Sagüin's, not the substrate's (rfcs/wills.md): the
 // substrate publishes a Will straight to subscribers, so one aimed at a
 // channel would be stored nowhere and skip every bound. Sagüin takes the
 // Will off the connection when the session is claimed (the substrate then
@@ -69,7 +69,7 @@ func willOf(pk packets.Packet) *will {
 }
 
 // willRefusal decides, at CONNECT, a Will that could never be delivered
-// (RFC 0003 "What is refused, and when"): refused with 0x90 (0x99 for a
+// (rfcs/wills.md): refused with 0x90 (0x99 for a
 // payload that is not what its Payload Format Indicator says), because each
 // case is permanent for that client's configuration and a device that
 // connects happily for months with its monitoring never armed is worse than
@@ -116,15 +116,14 @@ func (b *Broker) willRefusal(pk packets.Packet) (packets.Code, bool) {
 }
 
 // willAllowed asks the ACL whether the client may publish to its Will's
-// topic (RFC 0003: a Will meets the rules the client's own PUBLISH meets;
-// configuration.md §3, CONNACK 0x87), at CONNECT.
+// topic (docs/channels.md: a Will meets the rules the client's own PUBLISH meets;
+// docs/security.md "Every refusal, and its code", CONNACK 0x87), at CONNECT.
 func (b *Broker) willAllowed(cl *mqtt.Client, topic string) bool {
 	g, all := b.grantsOf(cl)
 	return all || b.mayPublishTo(g, topic, false)
 }
 
-// willStillAllowed is the question asked again when a Will fires (RFC 0002
-// §4.4), as the identity that armed it: the rules may have been reloaded
+// willStillAllowed is the question asked again when a Will fires (rfcs/wills.md), as the identity that armed it: the rules may have been reloaded
 // since its CONNECT, and its connection may be gone.
 func (b *Broker) willStillAllowed(id string, w *will) bool {
 	g := b.grantsFor(w.username, id)
@@ -168,8 +167,8 @@ func (b *Broker) settleWill(s *session, sessionEnds, replacingLive bool) {
 	if old != nil {
 		// A Will with no moment on a session no connection holds is one
 		// restored from a client connected when the broker stopped: its
-		// client is back, and this CONNECT replaces it (seeds/rfc-0003
-		// "Last Will") — even one ending the session.
+		// client is back, and this CONNECT replaces it (rfcs/wills.md)
+		// — even one ending the session.
 		restoredUnarmed := !replacingLive && old.due.IsZero()
 		switch {
 		case sessionEnds && !restoredUnarmed:
@@ -258,7 +257,7 @@ func (b *Broker) willAtSessionEnd(s *session, cause metrics.WillCause) {
 // is gone, so there is nobody to answer.
 // willListener names the stand-in connections a Will is published from:
 // in-process publishers, whose QoS 2 publishes are written at once, never
-// held for a PUBREL no one will send (RFC 0003 §2: "Only client publishes
+// held for a PUBREL no one will send (rfcs/qos2-holds.md: "Only client publishes
 // are held").
 const willListener = "will"
 
@@ -280,7 +279,7 @@ func (b *Broker) publishWill(id string, w *will, cause metrics.WillCause) {
 	as.Properties.ProtocolVersion = 5
 	as.Properties.Username = []byte(w.username)
 	if !b.willStillAllowed(id, w) {
-		// The one question asked again when a Will fires (RFC 0003).
+		// The one question asked again when a Will fires (docs/channels.md).
 		b.log.Warn("Will not published: its client may no longer publish there", "client", id,
 			"topic", w.topic, "reason", codeNotAuthorized.Reason)
 		return

@@ -28,7 +28,7 @@ func waitLogged(t *testing.T, contains func(string) bool, s string) {
 
 // A CONNECT refused for its Will changes nothing of the session its client
 // id holds (delivery-front §3 "CONNECT refused before touching anything";
-// RFC 0003: a waiting Will is cancelled by a resume, "never a CONNECT that
+// docs/channels.md: a waiting Will is cancelled by a resume, "never a CONNECT that
 // was refused"). Each cause is answered on the wire with 0x90 and a reason;
 // afterwards the session away is resumed whole — Session Present 1, its
 // subscription and position — and its waiting Will was not cancelled.
@@ -78,7 +78,7 @@ var willFullConfig = appendConfigWith(sqliteProvider, "    max_bytes: 2KiB\n")
 // A Will is published through the ordinary publish path when it fires, and
 // what refuses it then — here its channel filled since the CONNECT — is
 // logged, naming the client, and no more: nobody is left to answer, and the
-// broker goes on (RFC 0003 "What is refused, and when").
+// broker goes on (rfcs/wills.md).
 func TestWillIntoAFullChannelIsLoggedAndNotStored(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config(t, t.TempDir(), willFullConfig))
 	pub := brokertest.Connect(t, b.Address(), "pub", brokertest.ClientOptions{CleanStart: true})
@@ -174,7 +174,7 @@ func TestWillPublishedAcrossAKill(t *testing.T) {
 	}
 }
 
-// seeds/rfc-0003 "Last Will" and invariant 18: a DISCONNECT 0x04 keeps the
+// rfcs/wills.md and invariant 18: a DISCONNECT 0x04 keeps the
 // Will, and its wait begins then. The moment it falls due is stored before
 // the close that answers the DISCONNECT, so a broker killed the instant the
 // client sees its connection close still publishes the Will after restart.
@@ -200,7 +200,7 @@ func TestInvariant18_WillKeptByDisconnect04IsDueAcrossAKillAtTheClose(t *testing
 	}
 }
 
-// seeds/rfc-0003 "Last Will": a client connected when the broker stopped
+// rfcs/wills.md: a client connected when the broker stopped
 // keeps its Will — a broker stopping is not a device dying, so nothing is
 // published at the start — and the Will waits on the restored session: the
 // session expiring at the running broker publishes it; the client coming

@@ -51,7 +51,7 @@ func tickUntil(t *testing.T, clk *clock.Fake, c *brokertest.Client) {
 	t.Fatal("nothing arrived")
 }
 
-// A Will goes through the ordinary publish path (RFC 0003 "Last Will"): into
+// A Will goes through the ordinary publish path (rfcs/wills.md): into
 // an append channel it is a record with an offset and Message ID, carrying
 // the publish properties it was armed with, its forged saguin-* header
 // stripped.
@@ -186,7 +186,7 @@ func TestWillDueMomentSurvivesRestart(t *testing.T) {
 }
 
 // A Will that could never be delivered is refused at CONNECT with 0x90 and
-// the reason (RFC 0003 "What is refused, and when"); a 3.1.1 client, which
+// the reason (rfcs/wills.md); a 3.1.1 client, which
 // has no 0x90, gets 0x05.
 func TestWillRefusedAtConnect(t *testing.T) {
 	b, _ := willRig(t)

@@ -18,7 +18,7 @@ import (
 // in it against the packet's own bounds; only a packet that passes is handed
 // to the substrate, so a refusal comes before any state changes.
 
-// MQTT 5 reason codes the check refuses with (configuration.md §3.1, §3.5).
+// MQTT 5 reason codes the check refuses with (docs/security.md "Every refusal, and its code").
 const (
 	codeMalformed        = 0x81
 	codeProtocolError    = 0x82
@@ -431,7 +431,7 @@ func checkPacket(first byte, body []byte, length int, st *wireState) *refusal {
 	case packets.Disconnect:
 		return checkDisconnect(r, st)
 	case packets.Auth:
-		// configuration.md §3.5: this build has no enhanced authentication,
+		// docs/security.md "Every refusal, and its code": this build has no enhanced authentication,
 		// so any AUTH is a Protocol Error (a CONNECT with an Authentication
 		// Method was already refused 0x8C, so none was ever begun).
 		return protocolError("AUTH: this broker has no enhanced authentication")
@@ -555,7 +555,7 @@ func checkConnect(r *wireReader, st *wireState) *refusal {
 		return bad(malformed("%d bytes follow the CONNECT's last field, within its Remaining Length", r.left()))
 	}
 	if authMethod {
-		// configuration.md §3.1: no enhanced authentication in this build.
+		// docs/security.md "Every refusal, and its code": no enhanced authentication in this build.
 		// Refused here, before the substrate sees the CONNECT, so the live
 		// session of the same client id is never touched (invariant 17).
 		return &refusal{code: codeBadAuthMethod, reason: "this broker has no enhanced authentication: send no Authentication Method"}

@@ -13,7 +13,7 @@ import (
 
 // Raw packets for the refusals of issue 12 item 3 that the framer's check
 // makes (rfcs/wire-validation.md): each is answered with the code MQTT 5
-// and configuration.md §3.1/§3.5 give, before any state changes; MQTT
+// and docs/security.md "Every refusal, and its code"/§3.5 give, before any state changes; MQTT
 // 3.1.1 gets no DISCONNECT (a refused CONNECT is closed without CONNACK).
 
 // wstr is an MQTT string or binary field: a two-byte length, then s.
@@ -149,7 +149,7 @@ func TestWire_ConnectRefusals(t *testing.T) {
 }
 
 // invariant 17: a CONNECT carrying an Authentication Method is refused
-// 0x8C (this build has no enhanced authentication, configuration.md §3.1)
+// 0x8C (this build has no enhanced authentication, docs/security.md "Every refusal, and its code")
 // — and, being refused, it leaves the live session of the same client id
 // untouched: the connected client keeps its connection, its subscription
 // and its session, and keeps being served. The substrate accepted such a
@@ -372,7 +372,7 @@ func TestWire_SubscribeRefusals(t *testing.T) {
 
 // TestWire_OtherPacketRefusals: PINGREQ with a body, AUTH (this build has
 // no enhanced authentication: any AUTH is a Protocol Error,
-// configuration.md §3.5), a packet only a server sends.
+// docs/security.md "Every refusal, and its code"), a packet only a server sends.
 func TestWire_OtherPacketRefusals(t *testing.T) {
 	b := brokertest.Start(t, configWith(t, memoryProvider))
 	for _, tc := range []struct {

@@ -35,8 +35,8 @@ func wordSizeConfig(provider string) string {
 `)
 }
 
-// RFC 0001: "32-bit and 64-bit both ... a database written on one width
-// reads on the other." A broker of one word size stores a workload on a
+// docs/operations.md "32-bit devices": 32-bit and 64-bit builds both run, and a
+// database written at one word size reads at the other. A broker of one word size stores a workload on a
 // sqlite database and on a memory provider's snapshot files and stops
 // gracefully; a broker of the other word size is started on the same data
 // directory and must serve exactly what the first one would have: the same

@@ -45,7 +45,7 @@ const (
 	OpQueueDeliver = "queue.deliver"
 	// OpQueueAnswer: the worker connection `client` answers a delivery.
 	// input {id, delivery, result: "ack"|"return"}; output {reason} = PUBACK.
-	// The worker is never told whether the answer applied (RFC 0003), so the
+	// The worker is never told whether the answer applied (docs/channels.md), so the
 	// model decides that from the lease it names, not from the reason code.
 	OpQueueAnswer = "queue.answer"
 	// OpQueueLeaseEnd: the earliest moment a lease could have ended without an
@@ -87,7 +87,7 @@ const (
 // (broker.restart / broker.power_cut) completes, or not at all.
 const Pending int64 = -1
 
-// Answer results, the two payloads RFC 0003 defines for a queue response.
+// Answer results, the two payloads docs/channels.md defines for a queue response.
 const (
 	ResultAck    = "ack"
 	ResultReturn = "return"
@@ -101,7 +101,7 @@ const (
 
 // Op is one line of a history. Client identifies the MQTT connection that
 // performed it — one number per connection, not per client id, because a queue
-// lease belongs to a connection (RFC 0003 "Restart", invariant 15).
+// lease belongs to a connection (docs/channels.md "`queue`", invariant 15).
 type Op struct {
 	Line    int     `json:"-"` // 1-based line in the file Read parsed; 0 otherwise
 	Client  int     `json:"client"`

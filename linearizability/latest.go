@@ -35,7 +35,7 @@ func latestEqual(a, b *latestState) bool {
 }
 
 // LatestModel is a latest channel's keys, partitioned per channel and key: a
-// register per key where an empty payload deletes (RFC 0003 §9). A read must
+// register per key where an empty payload deletes (docs/channels.md "`latest`"). A read must
 // return the value of the latest write linearized before it, or nothing after
 // a delete or before any write. A write refused by its PUBACK never shows; a
 // pending one may. A power cut may revert a key across the writes in its loss
@@ -44,7 +44,7 @@ func latestEqual(a, b *latestState) bool {
 // A delete of a key with a value stores a tombstone under the delete's
 // Message ID, which is what a subscriber is sent live (empty payload, the
 // delete's saguin-id and offset); a delete of a key with no value stores
-// nothing (RFC 0003 §9). So a read of "no value" that names an id must name
+// nothing (docs/channels.md "`latest`"). So a read of "no value" that names an id must name
 // the tombstone in place; one that names none (a point read's empty answer)
 // fits any absence.
 func LatestModel() porcupine.Model {
@@ -185,7 +185,7 @@ func narrowLatest(evs []*event) {
 	slices.SortStableFunc(evs, func(a, b *event) int { return cmp.Compare(a.Call, b.Call) })
 }
 
-// CheckLatestOrder checks "never older after newer" (RFC 0003 §9): on each
+// CheckLatestOrder checks "never older after newer" (docs/channels.md "`latest`"): on each
 // reader connection, the offsets of one key's values never go back. Reads
 // without an offset (point reads) are not part of it.
 func CheckLatestOrder(ops []Op) []Violation {

@@ -5,7 +5,7 @@ import "testing"
 // Chaos seed 4000, key state/k2 (lines 87493-87498 of its history, times
 // shifted): two overlapping deletes of a key holding a value. One of them
 // removes the value and stores its tombstone; the other, ordered before or
-// after it, deletes a key with no value and stores nothing (RFC 0003 §9). A
+// after it, deletes a key with no value and stores nothing (docs/channels.md "`latest`"). A
 // subscriber sent both tombstones saw a history no order explains; sent
 // either one alone it did not. The broker stored both (broker/latest.go
 // storeLatest looked, then stored, with no lock between two deletes).

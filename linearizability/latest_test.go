@@ -243,8 +243,7 @@ func TestPropertyNarrowLatestKeepsTheVerdict(t *testing.T) {
 }
 
 // A deletion a subscriber is sent names its tombstone: the delete that
-// removed a value. A delete of a key with no value stores nothing (RFC 0003
-// §9), so a deletion naming it was never stored; nor can a tombstone be
+// removed a value. A delete of a key with no value stores nothing (docs/channels.md "`latest`"), so a deletion naming it was never stored; nor can a tombstone be
 // named after a value replaced it.
 func TestLatestDeletionReadNamesItsTombstone(t *testing.T) {
 	h := &hist{}

@@ -53,7 +53,7 @@ type jobState struct {
 //   - a delivery after an ack that applied, or after a dead-letter (an
 //     applied ack is final; invariant 3: a superseded Delivery ID resolves
 //     nothing, so the only ack that applies is the holder's current one);
-//   - a Delivery ID handed out twice (unique to the attempt, RFC 0003);
+//   - a Delivery ID handed out twice (unique to the attempt, docs/channels.md);
 //   - an attempt number below one already delivered, or not above one the
 //     worker answered;
 //   - a job seen at two offsets (invariants 8, 9);
@@ -143,7 +143,7 @@ func queueStep(state, input, _ any) []any {
 	case OpQueueAnswer:
 		applied := s
 		d := hex.EncodeToString(op.Input.Delivery)
-		// RFC 0003: applies only for the current delivery, from the
+		// docs/channels.md: applies only for the current delivery, from the
 		// connection holding it (invariant 3).
 		if s.status == jobLeased && s.delivery == d && s.holder == op.Client {
 			if op.Input.Result == ResultAck {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RFC 0001: "32-bit and 64-bit both, and both build." Vets (test files
+# Every module builds for 32-bit and 64-bit alike (docs/operations.md "32-bit devices"). Vets (test files
 # included) and builds every module of the go.work for each 32-bit target a
 # gateway runs: 386 and arm (GOARM=7). Compile-only: 386 test binaries run
 # natively on an amd64 kernel and make test-386 runs them; arm is checked

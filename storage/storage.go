@@ -32,13 +32,13 @@ var (
 )
 
 // Header is one MQTT 5 User Property. Records keep them as a sequence, in the
-// publisher's order, duplicates kept (RFC 0003 "Headers").
+// publisher's order, duplicates kept (docs/channels.md "What a delivery carries").
 type Header struct {
 	Name  string
 	Value string
 }
 
-// Record is one stored message: what RFC 0003 §4 says a publish becomes.
+// Record is one stored message: what docs/channels.md "What a publish is answered" says a publish becomes.
 type Record struct {
 	// Offset is broker-assigned, channel-local, monotonic and never reused
 	// (invariant 9). Zero on a record not yet stored.
@@ -78,7 +78,7 @@ type Record struct {
 // Size is what a record counts against a byte bound: payload, topic, message
 // id, every header name and value, and the variable-length publish
 // properties. Every provider and the broker use this one function, so a
-// channel's byte count means the same thing everywhere (RFC 0004 §10).
+// channel's byte count means the same thing everywhere (docs/channels.md "When retention passes a position").
 func (r *Record) Size() int64 {
 	n := len(r.Payload) + len(r.Topic) + len(r.MessageID) +
 		len(r.ContentType) + len(r.ResponseTopic) + len(r.CorrelationData) +
@@ -90,7 +90,7 @@ func (r *Record) Size() int64 {
 }
 
 // Position is a reader's stored cursor on an append channel: the lowest
-// offset it has not acknowledged. Positions lag, never lead (RFC 0003 §8).
+// offset it has not acknowledged. Positions lag, never lead (docs/channels.md "`append`").
 type Position struct {
 	// Reader is "mqtt:<client id>" or "bridge:<bridge name>".
 	Reader string
@@ -124,7 +124,7 @@ type Provider interface {
 	MaxBytes() int64
 	// Counters reports what the provider counted of itself since it
 	// opened: numbers it already holds, read without a query (the broker's
-	// metrics call it once per recompute, RFC 0005 §1.6).
+	// metrics call it once per recompute, docs/operations.md "Metrics").
 	Counters() Counters
 	// Close releases the provider. The memory provider writes its snapshot
 	// here (invariant 14: memory durability is exactly the last snapshot).
@@ -194,7 +194,7 @@ type AppendLog interface {
 	Position(reader string) (Position, bool, error)
 	// SavePosition stores a reader's position. Never refused for capacity
 	// (it relieves nothing, but a bound may not block a consumer's progress:
-	// RFC 0003 "At a size bound").
+	// docs/channels.md "`queue`").
 	SavePosition(p Position) error
 	// DropPosition removes a reader's position; reports whether one existed.
 	DropPosition(reader string) (bool, error)
@@ -203,7 +203,7 @@ type AppendLog interface {
 	// LowestPosition is the lowest stored position's offset and how many
 	// positions are stored, found in one pass without copying them out
 	// (lowest is 0 when count is 0). The broker's metrics pay this one
-	// pass per recompute (RFC 0005 §1.6: the one figure counted per scrape).
+	// pass per recompute (docs/operations.md "Metrics": the one figure counted per scrape).
 	LowestPosition() (lowest uint64, count int, err error)
 }
 
@@ -283,7 +283,7 @@ type ValueStore interface {
 	Next() uint64
 }
 
-// Held is one unreleased QoS 2 publish (RFC 0003 §2): the record a client
+// Held is one unreleased QoS 2 publish (rfcs/qos2-holds.md): the record a client
 // handed over at PUBREC, waiting in its channel's provider for the PUBREL
 // that makes it a record. A hold has no offset and is invisible to readers
 // and to retention (invariant 1: an offset taken early would let a record
@@ -334,7 +334,7 @@ type HoldStore interface {
 	// client and packet id (start-up, expiry and session ends): those of
 	// its open channels and, on sqlite, those of channels its file keeps
 	// that nobody opened (a channel removed from the configuration), which
-	// the broker drops at start (RFC 0003 §2). DropHold takes their names.
+	// the broker drops at start (rfcs/qos2-holds.md). DropHold takes their names.
 	Holds() ([]Held, error)
 	// AbandonedAtOpen is how many holds the provider itself dropped while
 	// opening (memory: a channel file older than the manifest's shutdown).

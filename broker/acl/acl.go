@@ -1,4 +1,4 @@
-// Package acl reads the ACL file (broker.mqtt.acl_file, RFC 0002 §1.12),
+// Package acl reads the ACL file (broker.mqtt.acl_file, docs/configuration.md "The ACL file"),
 // checks it against the configuration it sits beside, and answers, for one
 // connection's identity, what the broker asks at CONNECT, PUBLISH,
 // SUBSCRIBE and on every delivery.

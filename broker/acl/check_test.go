@@ -8,7 +8,7 @@ import (
 	"saguin.dev/broker/config"
 )
 
-// Each startup check of RFC 0002 §1.12 is a finding at the ACL file's line,
+// Each startup check of docs/configuration.md "The ACL file" is a finding at the ACL file's line,
 // on the key at fault, saying what to write instead; and nothing else is
 // reported beside it.
 
@@ -362,7 +362,7 @@ clients:
 		w(1, "users", "missing"))
 }
 
-// RFC 0002 §1.12: two patterns with as many literal characters that one
+// docs/configuration.md "The ACL file": two patterns with as many literal characters that one
 // name matches are refused, the finding naming both and such a name.
 func TestEquallyExactPatternsMatchingOneNameAreRefused(t *testing.T) {
 	list, path := findingsOf(t, `roles:

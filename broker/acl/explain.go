@@ -7,7 +7,7 @@ import (
 
 // Explanation is what one user (and client id) may do and why, as
 // saguin --acl --json prints it and the operations listener's
-// /v1/operations/acl answers it (RFC 0005): one JSON object.
+// /v1/operations/acl answers it (docs/operations.md): one JSON object.
 type Explanation struct {
 	User string
 	// ACLFile is the file explained; nil when the configuration names
@@ -27,7 +27,7 @@ type Explanation struct {
 	Grants          []Grant
 	GrantsWithheld  []WithheldGrant
 	// Limits are the publish figures that apply; not part of the JSON
-	// object (RFC 0005 serves them with the configuration), but --acl's
+	// object (docs/operations.md serves them with the configuration), but --acl's
 	// TSV columns.
 	Limits PublishLimits
 }
@@ -129,7 +129,7 @@ type explanationJSON struct {
 	GrantsWithheld  []WithheldGrant `json:"grants_withheld"`
 }
 
-// MarshalJSON writes the object RFC 0005 specifies; without an ACL file,
+// MarshalJSON writes the object docs/operations.md specifies; without an ACL file,
 // exactly {"acl_file":null,"everything_allowed":true}.
 func (x Explanation) MarshalJSON() ([]byte, error) {
 	if x.ACLFile == nil {

@@ -32,7 +32,7 @@ users:
 
 // The explanation lists the applying pattern, the shadowed ones, every
 // pattern of the file, and each rule of each role as it applies, in the
-// object RFC 0005 gives /v1/operations/acl.
+// object docs/operations.md gives /v1/operations/acl.
 func TestExplanationJSON(t *testing.T) {
 	a := mustLoad(t, explainACL)
 	id := "dev-7-a"

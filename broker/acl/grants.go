@@ -44,7 +44,7 @@ type narrowGrant struct {
 }
 
 // PublishLimits are the publish figures that apply to a connection
-// (RFC 0002 §1.5): those of the applying entry's limits: where it writes
+// (docs/configuration.md "`broker.limits`"): those of the applying entry's limits: where it writes
 // them, broker.limits' otherwise. Zero means no bound.
 type PublishLimits struct {
 	Rate  int   // messages per second
@@ -61,7 +61,7 @@ func (a *ACL) For(user, clientID string) *Grants {
 	return a.grants(user, clientID, true)
 }
 
-// applying returns the entry deciding for name (RFC 0002 §1.12): a name
+// applying returns the entry deciding for name (docs/configuration.md "The ACL file"): a name
 // written out, else the most exact pattern matching it; nil when none does.
 func (a *ACL) applying(name string) *entry {
 	if e, ok := a.exact[name]; ok {
@@ -134,8 +134,7 @@ func (a *ACL) eachRule(e *entry, user, clientID string, withClientID bool, fn fu
 	}
 }
 
-// withholds says why the rule grants nothing for this identity (RFC 0002
-// §1.12): the value %u or %c stands for holds '+', '#' or '/', which would
+// withholds says why the rule grants nothing for this identity (docs/configuration.md "The ACL file"): the value %u or %c stands for holds '+', '#' or '/', which would
 // widen the filter beyond the one name; or it is empty (an anonymous
 // client has no name to be narrowed to; rfcs/acl.md). "" when it grants.
 func (ru *rule) withholds(user, clientID string, withClientID bool) string {
@@ -190,7 +189,7 @@ func substitute(f, user, clientID string, withClientID bool) string {
 // admits reports whether clientID may use this entry's user name: any id
 // when the entry has no client_ids:, else one matching a pattern with %u
 // substituted. A user name holding '*' is never substituted: it would
-// make a pattern of itself (RFC 0002 §1.12), so a pattern with %u admits
+// make a pattern of itself (docs/configuration.md "The ACL file"), so a pattern with %u admits
 // nothing for it.
 func (e *entry) admits(user, clientID string) bool {
 	if e.clientIDs == nil {
@@ -275,7 +274,7 @@ func (g *Grants) PublishLimits() PublishLimits { return g.limits }
 func (g *Grants) MayDisconnect() bool { return g.disconnect }
 
 // Withheld lists the rules that grant nothing to this identity because
-// %u or %c would substitute a value that does not fit (RFC 0002 §1.12);
+// %u or %c would substitute a value that does not fit (docs/configuration.md "The ACL file");
 // the broker logs them once, at connect.
 func (g *Grants) Withheld() []WithheldGrant { return g.withheld }
 

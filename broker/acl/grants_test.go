@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// RFC 0002 §1.12: of the patterns matching a name, the one with the most
+// docs/configuration.md "The ACL file": of the patterns matching a name, the one with the most
 // literal characters applies, alone: its roles and its limits; the others
 // are ignored, even where they would grant more.
 func TestTheMostExactPatternAloneApplies(t *testing.T) {
@@ -313,7 +313,7 @@ users:
 	}
 }
 
-// RFC 0002 §1.12 subscriptions, decided conservatively (rfcs/acl.md): a
+// docs/configuration.md "The ACL file" subscriptions, decided conservatively (rfcs/acl.md): a
 // filter is granted only when no delivery on it would be refused for a
 // reason known now.
 func TestSubscriptionsAreGrantedOnlyWhenProvablyCovered(t *testing.T) {

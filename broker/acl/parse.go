@@ -239,8 +239,7 @@ func (p *parser) channelRule(v config.Node, b *config.Block, ru *rule) bool {
 }
 
 // narrows checks that each expansion of a channel rule's filter matches
-// some of the channel's topics, %u and %c read as literal text (RFC 0002
-// §1.12): one that matches none grants nothing and is a mistake.
+// some of the channel's topics, %u and %c read as literal text (docs/configuration.md "The ACL file"): one that matches none grants nothing and is a mistake.
 func (p *parser) narrows(fv config.Node, written string, filters []string, ch config.Channel) bool {
 	good := true
 	for _, f := range filters {
@@ -291,7 +290,7 @@ func (p *parser) topicRule(v config.Node, b *config.Block, ru *rule) bool {
 }
 
 // reachesBroadcast refuses a topic: filter that no broadcast topic
-// matches: one lying wholly inside channels' filters (RFC 0002 §1.12),
+// matches: one lying wholly inside channels' filters (docs/configuration.md "The ACL file"),
 // which a topic: rule cannot grant on.
 func (p *parser) reachesBroadcast(tv config.Node, written string, filters []string) bool {
 	good := true

@@ -6,7 +6,7 @@ import (
 )
 
 // A user pattern (a key of users:) is a name in which '*' stands for any
-// run of characters, the empty run included (RFC 0002 §1.12). Its
+// run of characters, the empty run included (docs/configuration.md "The ACL file"). Its
 // exactness is how many literal characters it has: of the patterns
 // matching a name, the one with the most decides.
 
@@ -46,7 +46,7 @@ func globMatch(pattern, name string) bool {
 }
 
 // globsMeet reports whether some name matches both patterns, and one such
-// name: the load-time test for a tie (RFC 0002 §1.12: two equally exact
+// name: the load-time test for a tie (docs/configuration.md "The ACL file": two equally exact
 // patterns that could both match one name are refused, and the finding
 // shows the name). It walks the product of the two patterns as automata:
 // a '*' may be skipped, or may take a character the other side writes

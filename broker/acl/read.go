@@ -29,7 +29,7 @@ func read(path string, e env) (*ACL, []config.Finding) {
 }
 
 // hasControl reports the characters no name or topic of ours may hold:
-// U+0000-U+001F and U+007F-U+009F (RFC 0002 §1.10 refuses them in a user
+// U+0000-U+001F and U+007F-U+009F (docs/configuration.md "Password files and `saguin --passwd`" refuses them in a user
 // name; MQTT refuses U+0000 in any string).
 func hasControl(s string) bool {
 	return strings.ContainsFunc(s, func(c rune) bool { return c < 0x20 || (c >= 0x7f && c <= 0x9f) })

@@ -36,7 +36,7 @@ func (e *SubscribeRefusal) Error() string {
 // queue — are the broker's, asked first). It returns nil when allowed,
 // else a *SubscribeRefusal.
 //
-// RFC 0002 §1.12: a filter needs a grant on every channel it touches and,
+// docs/configuration.md "The ACL file": a filter needs a grant on every channel it touches and,
 // when it may match broadcast topics, a topic: rule covering it. Covering
 // is decided so that no delivery on a granted subscription is refused for
 // a reason known now: a refused record stalls an append consumer for

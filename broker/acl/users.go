@@ -131,7 +131,7 @@ func (p *parser) roleList(v config.Node) ([]string, bool) {
 	return out, good
 }
 
-// limits reads an entry's limits: (RFC 0002 §1.5: figures follow the user
+// limits reads an entry's limits: (docs/configuration.md "`broker.limits`": figures follow the user
 // name). Each figure written replaces broker.limits' for this entry's
 // users, up or down; none lifts the bound.
 func (p *parser) limits(v config.Node) (entryLimits, bool) {
@@ -250,7 +250,7 @@ func (p *parser) clientIDs(v config.Node) ([]string, bool) {
 
 // index splits the entries into names written out and patterns with '*',
 // and refuses every tie: two patterns with as many literal characters
-// that some one name matches both (RFC 0002 §1.12). A name written out
+// that some one name matches both (docs/configuration.md "The ACL file"). A name written out
 // ties with a pattern exactly when the pattern, its '*'s removed, is that
 // name (every '*' then matches nothing), so those are found through a
 // map; patterns are compared pairwise among those of one exactness.

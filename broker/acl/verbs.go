@@ -2,7 +2,7 @@ package acl
 
 import "strings"
 
-// verbSet is a set of verbs (RFC 0002 §1.12): what a rule allows on its
+// verbSet is a set of verbs (docs/configuration.md "The ACL file"): what a rule allows on its
 // subject.
 type verbSet uint8
 
@@ -57,7 +57,7 @@ func verbNamed(name string) (verbSet, bool) {
 // names lists the set's verbs in verbOrder; never nil.
 func (s verbSet) names() []string { return bitNames(verbOrder, uint8(s)) }
 
-// verbsOf is what each subject takes (RFC 0002 §1.12): the channel types,
+// verbsOf is what each subject takes (docs/configuration.md "The ACL file"): the channel types,
 // a topic: rule and broker: sessions. broker: features takes no verb.
 var verbsOf = map[string]verbSet{
 	"append":   verbWrite | verbRead | verbSeek,
@@ -105,7 +105,7 @@ func subjectName(subject string) string {
 // Feature value may hold several (a set).
 type Feature uint8
 
-// The features RFC 0002 §1.12 lets a role deny; what each denial does on
+// The features docs/configuration.md "The ACL file" lets a role deny; what each denial does on
 // the wire is §3.6's, the broker's.
 const (
 	Persistent Feature = 1 << iota // a session outliving its connection

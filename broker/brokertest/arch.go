@@ -18,8 +18,8 @@ var (
 // BinaryFor builds cmd/saguin for goarch (GOOS unchanged; the storage is
 // pure Go, so a cross build needs nothing but GOARCH) once per test process
 // and returns its path. It is how a test runs a 64-bit and a
-// 32-bit broker on the same data (RFC 0001: "a database written on one
-// width reads on the other").
+// 32-bit broker on the same data (docs/operations.md "32-bit devices": a
+// database written at one word size reads at the other).
 func BinaryFor(t testing.TB, goarch string) string {
 	t.Helper()
 	archMu.Lock()

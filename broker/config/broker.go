@@ -21,7 +21,7 @@ type parsed struct {
 	memoryBounds []memoryBound
 }
 
-// Defaults of the other broker blocks (RFC 0002 §1.8).
+// Defaults of the other broker blocks (docs/configuration.md "`broker`").
 const (
 	DefaultQoS2MaxInflight      = 20
 	DefaultQoS2ExpiresAfter     = 5 * time.Minute

@@ -10,7 +10,7 @@ import (
 	"saguin.dev/broker/topic"
 )
 
-// Channel constants (RFC 0002 §1.5 "Fixed", §1.7).
+// Channel constants (docs/configuration.md "`broker.limits`" "Fixed", §1.7).
 const (
 	MaxChannelName                  = 128
 	DeadLetterSuffix                = "__dlq"
@@ -35,7 +35,7 @@ var channelKeys = map[string][]string{
 var allChannelKeys = []string{"type", "filter", "storage", "retention_period", "retention_bytes", "max_bytes", "start",
 	"deletion_retention_period", "visibility_timeout", "job_expires_after", "retry", "dlq_retention_period", "dlq_retention_bytes"}
 
-// wrongType explains, per key, why a channel type refuses it (RFC 0002 §1.7).
+// wrongType explains, per key, why a channel type refuses it (docs/configuration.md "`channels`").
 func wrongType(key, typ string) string {
 	switch key {
 	case "retention_period", "retention_bytes":
@@ -84,7 +84,7 @@ func channelNameProblem(name, typ string) string {
 	if strings.HasSuffix(name, DeadLetterSuffix) {
 		return "a name ending in __dlq is reserved for the dead-letter channel every queue derives; choose another name"
 	}
-	// RFC 0004 §4: the snapshot file name percent-encodes every dot (three
+	// rfcs/storage-memory.md: the snapshot file name percent-encodes every dot (three
 	// bytes each) and must fit a file name.
 	if n := len(name) + 2*strings.Count(name, ".") + len(snapshotSuffix); n > maxFileName {
 		return fmt.Sprintf("its snapshot file name would be %d bytes (each . is written %%2E), more than the %d a file name holds; shorten it or use fewer dots", n, maxFileName)
@@ -95,7 +95,7 @@ func channelNameProblem(name, typ string) string {
 	return ""
 }
 
-// channels reads channels: (RFC 0002 §1.7, §1.9).
+// channels reads channels: (docs/configuration.md "`channels`"; docs/configuration.md "How values are written").
 func (l *loader) channels(v val, p *parsed) []Channel {
 	var out []Channel
 	seen := map[string]Channel{}
@@ -166,7 +166,7 @@ func (l *loader) channel(g group, p *parsed) (Channel, bool) {
 			good = false
 		}
 	} else if good {
-		// RFC 0002 §0: no filter means <name>/#.
+		// docs/configuration.md: no filter means <name>/#.
 		def := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: c.FilterAsWritten, Line: g.keyLine}
 		c.Filters, good = l.channelFilters(val{n: def, file: v.file, key: key + ".filter (default)"}, c.FilterAsWritten, c.Type, p)
 	}
@@ -230,7 +230,7 @@ func (l *loader) channel(g group, p *parsed) (Channel, bool) {
 		if !l.queueSettings(m, &c) {
 			good = false
 		}
-		// Copied onto <name>__dlq when it is derived (RFC 0002 §2.4).
+		// Copied onto <name>__dlq when it is derived (docs/channels.md "The dead-letter channel").
 		var r dlqRetention
 		r.periodSet, r.bytesSet = m.has("dlq_retention_period"), m.has("dlq_retention_bytes")
 		retention("dlq_retention_period", &r.period, 0)
@@ -342,7 +342,7 @@ func (l *loader) queueSettings(m *mapping, c *Channel) bool {
 	return good
 }
 
-// channelFilters expands and checks a channel's filter (RFC 0002 §2.1).
+// channelFilters expands and checks a channel's filter (docs/configuration.md "`channels`").
 func (l *loader) channelFilters(v val, written, typ string, p *parsed) ([]string, bool) {
 	if typ == "queue" && topic.HasBraces(written) {
 		l.add(v, "a queue's filter takes no {a,b}: a queue has one filter so that its dead-letter channel has one too; write one filter, or one queue per alternative")
@@ -394,7 +394,7 @@ func (l *loader) filterProblem(f string, p *parsed) string {
 }
 
 // checkChannelSet applies the rules across channels and derives every
-// queue's dead-letter channel (RFC 0002 §2.1, §2.4).
+// queue's dead-letter channel (docs/configuration.md "`channels`"; docs/channels.md "The dead-letter channel").
 func (l *loader) checkChannelSet(cfg *Config, p *parsed) {
 	byFilter := map[string]Channel{}
 	for _, c := range cfg.Channels {
@@ -470,7 +470,7 @@ func (l *loader) checkChannelSet(cfg *Config, p *parsed) {
 	cfg.resolver = r
 }
 
-// warnInert notes providers nothing uses (RFC 0002 §1.6: logged, not an error).
+// warnInert notes providers nothing uses (docs/configuration.md "`broker.storage`": logged, not an error).
 func (l *loader) warnInert(cfg *Config, p *parsed) {
 	for _, name := range p.providerOrder {
 		if !p.named[name] {

@@ -1,10 +1,10 @@
-// Package config reads and validates Sagüin's configuration file (RFC 0002
+// Package config reads and validates Sagüin's configuration file (docs/configuration.md
 // "Channels and configuration", §1). Load checks the whole file before
 // anything starts and reports every finding at once, each naming the key,
 // the value and the fix; on success every default is resolved, so the rest
 // of the broker reads plain values and never applies a default itself.
 //
-// The decisions this package takes on RFC 0002's open points are written in
+// The decisions this package takes on the configuration's open points are written in
 // rfcs/0002-configuration-decisions.md.
 package config
 
@@ -30,7 +30,7 @@ type Config struct {
 	Providers map[string]Provider
 	// Channels sorted by name, derived <queue>__dlq channels included.
 	Channels []Channel
-	// Warnings are findings that do not stop a start (RFC 0002 §5, last
+	// Warnings are findings that do not stop a start (docs/operations.md "A start", last
 	// item): an inert provider, a door identifying nobody beside an acl_file.
 	Warnings []Finding
 
@@ -78,7 +78,7 @@ type Broker struct {
 	PIDFile  string // "" = no pid file
 
 	// Listeners are the MQTT doors; when the file names none, one tcp door
-	// on ":1883" (RFC 0002 §1.3) with Default set.
+	// on ":1883" (docs/configuration.md "`broker.mqtt`") with Default set.
 	Listeners []Listener
 	// PasswordFile is broker.mqtt.password_file ("" = none); each door's
 	// effective file is in its Listener.
@@ -180,7 +180,7 @@ type Limits struct {
 
 // Reserve is one largest record with its headers: the room carved out of
 // every provider's max_bytes for acks, positions, dead-letter moves and
-// QoS 2 releases (RFC 0004 "The reserve").
+// QoS 2 releases (docs/configuration.md "`broker.storage`").
 func (l Limits) Reserve() int64 { return l.MaxMessageSize + l.MaxHeaderBytes }
 
 // Provider is one broker.storage.providers entry.

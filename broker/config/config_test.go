@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// RFC 0002 §1.1: the whole file is validated and ALL findings reported.
+// docs/configuration.md "How values are written": the whole file is validated and ALL findings reported.
 func TestCheckConfigReportsEveryMistake(t *testing.T) {
 	dir := t.TempDir()
 	path := writeFile(t, dir, "saguin.yaml", `broker:
@@ -267,7 +267,7 @@ func TestProtocolVersionSpellings(t *testing.T) {
 	}
 }
 
-// RFC 0002 §2.4: every queue derives <name>__dlq, an append channel on the
+// docs/channels.md "The dead-letter channel": every queue derives <name>__dlq, an append channel on the
 // queue's provider with the filter rewritten and retention from dlq_*.
 func TestDeadLetterChannelsAreDerived(t *testing.T) {
 	for _, tc := range []struct{ filter, dlq string }{

@@ -6,8 +6,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Document is a YAML file a configuration names (the ACL file, RFC 0002
-// §1.12), read by the loader's own machinery, so that its findings read
+// Document is a YAML file a configuration names (the ACL file, docs/configuration.md "The ACL file"), read by the loader's own machinery, so that its findings read
 // as the configuration's do: the same bounds (MaxFileSize, the node budget
 // that stops alias and merge expansion, at most 500 findings), the same
 // YAML rules (one document, anchors, aliases and merge keys, no tag but

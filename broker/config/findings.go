@@ -67,7 +67,7 @@ func (f Finding) Attrs() []any {
 }
 
 // Findings is the error Load returns: every finding in the configuration at
-// once (RFC 0002 §1.1: all findings, not just the first), in file order.
+// once (docs/configuration.md "How values are written": all findings, not just the first), in file order.
 type Findings struct {
 	Source string
 	List   []Finding

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Defaults of broker.limits. Those marked "decided" are RFC 0002 open
+// Defaults of broker.limits. Those marked "decided" are docs/configuration.md open
 // points; rfcs/0002-configuration-decisions.md gives the reasons.
 const (
 	DefaultMaxMessageSize    = 1 << 20 // decided: 1MiB, as bridge.md quotes
@@ -58,7 +58,7 @@ func defaultLimits() Limits {
 	}
 }
 
-// limits reads broker.limits (RFC 0002 §1.5).
+// limits reads broker.limits (docs/configuration.md "`broker.limits`").
 func (l *loader) limits(v val, present bool) (Limits, limitsValid) {
 	lim := defaultLimits()
 	ok := limitsValid{true, true, true, true, true}

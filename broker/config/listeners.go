@@ -19,7 +19,7 @@ import (
 // refused at load.
 const maxUnixPath = 107
 
-// doorSet is one of the two door name spaces (RFC 0002 §1.3: names are
+// doorSet is one of the two door name spaces (docs/configuration.md "`broker.mqtt`": names are
 // checked within MQTT doors and within operations doors, never across).
 type doorSet struct {
 	prefix string // "broker.mqtt.listen" or "broker.operations.listen"
@@ -64,7 +64,7 @@ func (l *loader) mqtt(v val, present bool, p *parsed) {
 		p.Listeners = l.doors(listen, doorSet{prefix: "broker.mqtt.listen"}, p.PasswordFile, anon)
 	}
 	if len(p.Listeners) == 0 && !(hasListen && l.doorsHadEntries(listen)) {
-		// RFC 0002 §1.3: with no MQTT door named, one tcp door on :1883.
+		// docs/configuration.md "`broker.mqtt`": with no MQTT door named, one tcp door on :1883.
 		allow := p.PasswordFile == ""
 		if anon != nil {
 			allow = *anon
@@ -106,7 +106,7 @@ func (l *loader) protocolVersion(v val) (byte, bool) {
 }
 
 // checkAuth applies the rules tying doors, password files and the ACL
-// together (RFC 0002 §1.3, §1.12).
+// together (docs/configuration.md "`broker.mqtt`"; docs/configuration.md "The ACL file").
 func (l *loader) checkAuth(p *parsed) {
 	if p.ACLFile == "" {
 		return
@@ -170,7 +170,7 @@ func (l *loader) operations(v val, p *parsed) *Operations {
 		if d.Kind != "tcp" {
 			continue
 		}
-		// RFC 0002 §1.4: off loopback, someone must be asked who they are.
+		// docs/configuration.md "`broker.operations`": off loopback, someone must be asked who they are.
 		if loopbackAddress(d.Address) {
 			continue
 		}
@@ -286,7 +286,7 @@ func (l *loader) door(m *mapping, v val, kind, id, name string, set doorSet, blo
 					l.add(pv, "%s", prob)
 					good = false
 				} else if fi, err := os.Lstat(s); err == nil && fi.Mode()&fs.ModeSocket == 0 {
-					// RFC 0002 §5: a path occupied by a non-socket is refused;
+					// docs/operations.md "A start": a path occupied by a non-socket is refused;
 					// the broker only ever replaces a stale socket of its own.
 					what := "a regular file"
 					if fi.IsDir() {
@@ -352,7 +352,7 @@ func (l *loader) door(m *mapping, v val, kind, id, name string, set doorSet, blo
 				}
 			}
 		}
-		// RFC 0002 §1.3: false with no password file admits nobody. A door
+		// docs/configuration.md "`broker.mqtt`": false with no password file admits nobody. A door
 		// asking for client certificates still has someone to admit.
 		if !d.AllowAnonymous && d.PasswordFile == "" && (d.TLS == nil || d.TLS.ClientCAFile == "") {
 			l.addKey(v.file, v.line(), id+".allow_anonymous",
@@ -457,7 +457,7 @@ func parseOrigin(s string) (string, error) {
 	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host), nil
 }
 
-// parseAddress checks a tcp/ws address the way RFC 0002 §1.3 describes
+// parseAddress checks a tcp/ws address the way docs/configuration.md "`broker.mqtt`" describes
 // it: net.Listen syntax, port 0-65535 or a service name, host empty, an IP
 // literal or an RFC 1123 name.
 func parseAddress(s string) (host string, port int, err error) {
@@ -575,7 +575,7 @@ func loopbackAddress(addr string) bool {
 	return err == nil && a.Unmap().IsLoopback()
 }
 
-// checkDoors applies the clash checks across every door (RFC 0002 §1.3):
+// checkDoors applies the clash checks across every door (docs/configuration.md "`broker.mqtt`"):
 // names within each set, tcp ports across MQTT tcp, ws and operations tcp,
 // unix paths across both sets.
 func (l *loader) checkDoors(p *parsed) {

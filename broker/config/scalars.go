@@ -98,7 +98,7 @@ func orList(words []string) string {
 type durKey struct {
 	none      bool          // the literal none is accepted
 	noneFix   string        // problem when none is written and not accepted
-	subSecond bool          // one of the five keys honouring ms (RFC 0002 §1.1)
+	subSecond bool          // one of the five keys honouring ms (docs/configuration.md "How values are written")
 	zeroFix   string        // problem when zero is written; "" = zero accepted
 	min, max  time.Duration // inclusive bounds; max 0 = no ceiling
 	rangeFix  string        // problem when outside [min, max]
@@ -139,7 +139,7 @@ func (l *loader) duration(v val, k durKey) (d time.Duration, none bool, ok bool)
 	var frac *durationFraction
 	if err != nil && !k.subSecond && errors.As(err, &frac) {
 		if secs, ok := frac.wholeSeconds(); ok {
-			// RFC 0002 §1.1: only five keys honour milliseconds; the
+			// docs/configuration.md "How values are written": only five keys honour milliseconds; the
 			// spelling ParseDuration suggests ("1500ms") would be refused
 			// here next. Rounded, as the operator who wrote 1.5s meant
 			// about that long.
@@ -160,7 +160,7 @@ func (l *loader) duration(v val, k durKey) (d time.Duration, none bool, ok bool)
 		return 0, false, false
 	}
 	if !k.subSecond && d%time.Second != 0 {
-		// RFC 0002 §1.1: 500ms on a whole-second key would truncate to 0,
+		// docs/configuration.md "How values are written": 500ms on a whole-second key would truncate to 0,
 		// which is a sentinel; refuse rather than round.
 		secs := int64(d / time.Second)
 		hint := strconv.FormatInt(secs+1, 10) + "s"
@@ -215,7 +215,7 @@ func (l *loader) size(v val, k sizeKey) (n int64, none bool, ok bool) {
 	return n, false, true
 }
 
-// absPath reads a filesystem path, which must be absolute (RFC 0002 §1.1:
+// absPath reads a filesystem path, which must be absolute (docs/configuration.md "How values are written":
 // nothing is read relative to the working directory). It returns the path
 // cleaned, the form paths are compared in.
 func (l *loader) absPath(v val, what string) (string, bool) {
@@ -234,5 +234,5 @@ func (l *loader) absPath(v val, what string) (string, bool) {
 	return filepath.Clean(s), true
 }
 
-// Retention zero: RFC 0002 §1.1 refuses it as ambiguous.
+// Retention zero: docs/configuration.md "How values are written" refuses it as ambiguous.
 const zeroRetention = "zero is refused for a retention bound (there is no way to say \"keep nothing\"); write none to keep everything, or a positive value"

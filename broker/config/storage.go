@@ -10,7 +10,7 @@ import (
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// Storage constants (RFC 0002 §1.6, RFC 0004).
+// Storage constants (docs/configuration.md "`broker.storage`", rfcs/storage-sqlite.md and rfcs/storage-memory.md).
 const (
 	// SQLiteEmptyBytes is an empty sqlite database: 22 pages of 4KiB.
 	SQLiteEmptyBytes         = 88 << 10
@@ -25,7 +25,7 @@ var (
 	memoryKeys = []string{"type", "snapshot_dir", "max_bytes"}
 )
 
-// storage reads broker.storage (RFC 0002 §1.6).
+// storage reads broker.storage (docs/configuration.md "`broker.storage`").
 func (l *loader) storage(v val, present bool, p *parsed, parent *mapping) {
 	if !present {
 		parent.missing("storage", "write a broker.storage block: default, default_retention_period, default_retention_bytes and at least one provider")
@@ -224,7 +224,7 @@ func (l *loader) provider(g group, p *parsed) {
 	m.finish(sqliteKeys...)
 }
 
-// checkReserve applies RFC 0004's reserve rule: a provider must hold at
+// checkReserve applies the reserve rule (docs/configuration.md "`broker.storage`"): a provider must hold at
 // least twice the largest record, so that when it is full an ack, a
 // dead-letter move or a QoS 2 release still has room.
 func (l *loader) checkReserve(v val, typ string, n int64, p *parsed) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// RFC 0002 §1.1: every duration key is held in whole seconds but the few
+// docs/configuration.md "How values are written": every duration key is held in whole seconds but the few
 // that honour milliseconds. A fractional value ("1.5s") is refused with a
 // spelling to write instead, and that spelling is one the key takes: whole
 // seconds, rounded, on a whole-second key (never "1500ms", which the same

@@ -11,7 +11,7 @@ import (
 // (invariant 13); a real bundle is a few KiB.
 const maxPEMFile = 1 << 20
 
-// tlsBlock reads a door's tls: block (RFC 0002 §1.3). Every named file is
+// tlsBlock reads a door's tls: block (docs/configuration.md "`broker.mqtt`"). Every named file is
 // opened and parsed now, all of them, so a bad certificate stops the broker
 // before any port opens and every bad file is reported at once.
 func (l *loader) tlsBlock(v val, doorID string) *TLS {

@@ -24,7 +24,7 @@ var durationUnits = []struct {
 }
 
 // ParseDuration reads a configuration duration: a whole number followed by
-// exactly one unit of ms, s, m, h or d (RFC 0002 §1.1), such as "90m" or
+// exactly one unit of ms, s, m, h or d (docs/configuration.md "How values are written"), such as "90m" or
 // "30d". "1h30m", "1.5h", "-5s", "30" and "30 s" are refused, each with an
 // error saying what to write. "none" is not a duration; keys that accept it
 // check for it before calling this.
@@ -69,7 +69,7 @@ func ParseDuration(s string) (time.Duration, error) {
 	return time.Duration(n) * unit, nil
 }
 
-// sizeUnits are the binary units a size may carry (RFC 0002 §1.1 writes
+// sizeUnits are the binary units a size may carry (docs/configuration.md "How values are written" writes
 // sizes as 64MiB, 8KiB, 20GiB). A plain number, or one ending in B, is bytes.
 var sizeUnits = []struct {
 	suffix string

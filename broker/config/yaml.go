@@ -509,7 +509,7 @@ func (l *loader) items(v val) ([]val, bool) {
 }
 
 // collectIncludes records every !include node in a tree, so that those
-// outside the two places allowed can be refused (RFC 0002 §1.9).
+// outside the two places allowed can be refused (docs/configuration.md "How values are written").
 func (l *loader) collectIncludes(n *yaml.Node, file string, into map[*yaml.Node]string, depth int) {
 	if n == nil || depth > 200 {
 		return
@@ -530,8 +530,7 @@ type group struct {
 }
 
 // groups reads a block that is either a mapping of name -> settings or a
-// list whose entries are "!include <path>" or inline mappings (RFC 0002
-// §1.9). Included files hold only the mapping and may not include again.
+// list whose entries are "!include <path>" or inline mappings (docs/configuration.md "How values are written"). Included files hold only the mapping and may not include again.
 func (l *loader) groups(v val, what string) []group {
 	var out []group
 	fromMap := func(m *mapping) {
@@ -618,7 +617,7 @@ func (l *loader) includePath(e val, from string) (string, bool) {
 		return "", false
 	}
 	if !filepath.IsAbs(p) {
-		// RFC 0002 §1.9: relative to the including file, never the working directory.
+		// docs/configuration.md "How values are written": relative to the including file, never the working directory.
 		p = filepath.Join(filepath.Dir(from), p)
 	}
 	p = filepath.Clean(p)
@@ -630,7 +629,7 @@ func (l *loader) includePath(e val, from string) (string, bool) {
 }
 
 // misplacedInclude refuses an !include where a value is read directly
-// (RFC 0002 §1.9: only group lists take them).
+// (docs/configuration.md "How values are written": only group lists take them).
 func (l *loader) misplacedInclude(v val) bool {
 	if v.n.Tag != includeTag {
 		return false

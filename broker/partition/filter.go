@@ -14,7 +14,7 @@ const (
 	FunctionName = "topic_hash"
 	// MaxPartitions bounds both arguments. It is a number every build agrees
 	// on, 32-bit gateways included, so one SUBSCRIBE is never legal on one
-	// broker and refused on another (RFC 0003 "What a subscriber may declare").
+	// broker and refused on another (rfcs/partition.md).
 	MaxPartitions = 2147483647
 	// MaxDeclarations bounds the saguin-filter properties on one SUBSCRIBE
 	// (invariant 13), checked before each is parsed or stored. A member
@@ -53,7 +53,7 @@ func (s Slice) String() string {
 	return string(b)
 }
 
-// ParseSlice parses one saguin-filter value. The grammar (RFC 0003 "What a
+// ParseSlice parses one saguin-filter value. The grammar (docs/channels.md "What a
 // subscriber may declare") is
 //
 //	topic_hash(<partitions>, <index>)
@@ -176,7 +176,7 @@ type Declaration struct {
 }
 
 // Add parses the next saguin-filter value. The first refusal is final: the
-// broker refuses every filter of the packet (RFC 0002 §3.2), so there is
+// broker refuses every filter of the packet (docs/security.md "Every refusal, and its code"), so there is
 // nothing to gain from reading further.
 func (d *Declaration) Add(value string) error {
 	// Invariant 13: the count is judged before the value is parsed or kept.
@@ -213,7 +213,7 @@ func (d *Declaration) Matcher() Matcher {
 
 // Parse compiles every saguin-filter value of one SUBSCRIBE, in packet
 // order; repeated values are an OR of their slices. No values is no
-// declaration, and the zero Matcher: everything (RFC 0003 "Declare nothing
+// declaration, and the zero Matcher: everything (docs/channels.md "Declare nothing
 // and you get everything").
 func Parse(values []string) (Matcher, error) {
 	if len(values) > MaxDeclarations {
@@ -232,7 +232,7 @@ func Parse(values []string) (Matcher, error) {
 // partition space. The zero Matcher is "no declaration" and matches every
 // topic. A Matcher is immutable, so one value is shared by every delivery
 // path of a subscription - live traffic, replay, a latest channel's
-// current-state pass and the retained handover alike, which RFC 0003 "Where
+// current-state pass and the retained handover alike, which docs/channels.md "Where
 // it applies" requires to agree.
 type Matcher struct {
 	partitions uint32
@@ -244,7 +244,7 @@ func (m Matcher) Declared() bool { return m.partitions != 0 }
 
 // Partitions is the declared partition count, 0 when nothing was declared.
 // It is what the operations listener reports and what two subscribers on
-// one filter are compared by (RFC 0003 "What this does not build").
+// one filter are compared by (rfcs/partition.md).
 func (m Matcher) Partitions() uint32 { return m.partitions }
 
 // Indexes returns the declared slice indexes, sorted and distinct.

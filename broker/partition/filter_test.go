@@ -63,7 +63,7 @@ func TestParseSliceAccepts(t *testing.T) {
 	}
 }
 
-// Every refusal RFC 0003 "What a subscriber may declare" lists for one value,
+// Every refusal rfcs/partition.md lists for one value,
 // with the sentence the broker sends as the SUBACK Reason String.
 func TestParseSliceRefusals(t *testing.T) {
 	for _, tc := range []struct {
@@ -293,7 +293,7 @@ func TestDeclarationBoundCheckedBeforeParsing(t *testing.T) {
 	}
 }
 
-// RFC 0003 "Where it applies": refused on $share/ and on the queue form,
+// rfcs/partition.md: refused on $share/ and on the queue form,
 // decided by the prefixes as strings; allowed everywhere else.
 func TestCheckFilter(t *testing.T) {
 	for _, tc := range []struct {

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// refCall is the accepted grammar of RFC 0003 "What a subscriber may
+// refCall is the accepted grammar of docs/channels.md "What a subscriber may
 // declare" written as a regular expression, independently of the parser:
 // the name spelled exactly, two runs of ASCII digits, and the ASCII four as
 // the only whitespace, around the name, the parentheses and the comma.

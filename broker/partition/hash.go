@@ -1,5 +1,4 @@
-// Package partition implements client-declared partitioning (RFC 0003
-// "Client-declared partitioning"): the protocol's topic_hash, the slices
+// Package partition implements client-declared partitioning (rfcs/partition.md): the protocol's topic_hash, the slices
 // (partitions, index) it defines, the parser for the saguin-filter User
 // Property a subscriber declares its slices with on SUBSCRIBE, and the
 // compiled Matcher the delivery paths ask per topic.
@@ -8,13 +7,13 @@
 // the RFC, never seeded, so a client can predict its own slice.
 package partition
 
-// FNV-1a 64-bit parameters (RFC 0003 "The hash, in full").
+// FNV-1a 64-bit parameters (rfcs/partition.md).
 const (
 	fnvOffsetBasis uint64 = 14695981039346656037
 	fnvPrime       uint64 = 1099511628211
 )
 
-// Mixing-step multipliers (RFC 0003 "The hash, in full"; splitmix64's).
+// Mixing-step multipliers (rfcs/partition.md; splitmix64's).
 const (
 	mixMul1 uint64 = 13787848793156543929
 	mixMul2 uint64 = 10723151780598845931
@@ -36,7 +35,7 @@ func FNV1a64(topic string) uint64 {
 // Mix is the second half of topic_hash, the mixing step. It is not optional:
 // FNV-1a barely stirs its low bits, which are the bits a modulus reads, so
 // without it a topic carrying an identifier twice sends every identifier to
-// the same few slices (RFC 0003 "Why the mixing step is there").
+// the same few slices (rfcs/partition.md).
 func Mix(h uint64) uint64 {
 	h ^= h >> 30
 	h *= mixMul1

@@ -8,7 +8,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The worked examples of RFC 0003 "The hash, in full", both halves and both
+// The worked examples of rfcs/partition.md, both halves and both
 // moduli. These values are the RFC's; they are never adjusted to fit the code.
 func TestTopicHashWorkedExamples(t *testing.T) {
 	for _, tc := range []struct {
@@ -65,7 +65,7 @@ func TestFNVHalfAgreesWithStandardLibrary(t *testing.T) {
 	})
 }
 
-// RFC 0003 "Why the mixing step is there": topics carrying an identifier
+// rfcs/partition.md: topics carrying an identifier
 // twice defeat FNV-1a's low bits and leave two of four members with nothing,
 // while the mixed hash splits them evenly. The topics are fixed, so this is
 // deterministic; the bound is loose (±10% of an even share).

@@ -5,18 +5,17 @@ import (
 	"strings"
 )
 
-// ReasonCode is the SUBACK code for every refusal in this package: RFC 0003
-// "What a subscriber may declare" and "Where it applies" make each of them
+// ReasonCode is the SUBACK code for every refusal in this package: rfcs/partition.md and "Where it applies" make each of them
 // 0x83 (Implementation specific error).
 const ReasonCode byte = 0x83
 
 // Refusal names one rule a saguin-filter declaration broke. Each has one
 // fixed sentence, which the broker sends as the SUBACK Reason String: the
 // person who must act on it is the author of the refused client, who cannot
-// read the broker's log (RFC 0003 "What a subscriber may declare").
+// read the broker's log (rfcs/partition.md).
 type Refusal uint8
 
-// The refusals RFC 0003 lists, in its order, then the two bounds this
+// The refusals docs/channels.md lists, in its order, then the two bounds this
 // package adds (invariant 13) and the two filter forms the declaration is
 // refused on ("Where it applies").
 const (
@@ -49,7 +48,7 @@ const (
 	RefusedQueueSubscription
 )
 
-// form is stated in every sentence about the value's shape: RFC 0003 asks
+// form is stated in every sentence about the value's shape: docs/channels.md asks
 // the reason to name the property and state the form.
 const form = "topic_hash(<partitions>, <index>)"
 
@@ -138,10 +137,10 @@ func refuse(r Refusal, declaration int, value string) *Error {
 }
 
 // The two subscription forms a declaration is refused on. They are compared
-// as strings, never by asking what the filter reaches (RFC 0003 "Where it
+// as strings, never by asking what the filter reaches (docs/channels.md "Where it
 // applies"), and exactly as the broker recognises them: only the lower-case
 // $share/ is a shared subscription ($SHARE/ is refused elsewhere as a
-// malformed filter, RFC 0002 §3.2).
+// malformed filter, docs/security.md "Every refusal, and its code").
 const (
 	SharePrefix = "$share/"
 	QueuePrefix = "$saguin/queue/"
@@ -149,7 +148,7 @@ const (
 
 // CheckFilter reports whether a declaration may apply to filter: nil, or the
 // refusal for a shared subscription or a queue's subscription form. The
-// broker refuses only that filter of the SUBSCRIBE (RFC 0002 §3.2); a
+// broker refuses only that filter of the SUBSCRIBE (docs/security.md "Every refusal, and its code"); a
 // malformed declaration, in contrast, refuses every filter in the packet.
 func CheckFilter(filter string) error {
 	switch {

@@ -7,7 +7,7 @@ import (
 
 // Spaces remembers which partition count each subscriber declared on each
 // filter, so the broker can log the one coverage mistake it can see: two
-// subscribers on one filter declaring different counts (RFC 0003 "What this
+// subscribers on one filter declaring different counts (docs/channels.md "What this
 // does not build"). That cannot be correct and is no timing artefact, unlike
 // a slice nobody holds, which the broker cannot tell from a member that has
 // not connected yet and therefore never reports.

@@ -15,7 +15,7 @@ func mustParse(t *testing.T, values ...string) Matcher {
 	return m
 }
 
-// RFC 0003 "What this does not build": two subscribers on one identical
+// rfcs/partition.md: two subscribers on one identical
 // filter declaring different counts is logged naming both; overlapping but
 // different filters are different spaces and never compared.
 func TestSpacesReportDifferentCountsOnOneFilter(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package passwd reads, checks, verifies and writes password files in
-// Mosquitto's format: the MQTT password files of RFC 0002 §1.10 and the
-// operator credential files of RFC 0005 §1.3. rfcs/passwords.md records
+// Mosquitto's format: the MQTT password files of docs/configuration.md "Password files and `saguin --passwd`" and the
+// operator credential files of docs/operations.md "Operators". rfcs/passwords.md records
 // the decisions this package takes where the specification is silent.
 //
 // A file is one user a line, "user:hash", and an operator file may add a

@@ -103,7 +103,7 @@ func (f *File) Lookup(user string) (Entry, bool) {
 // Set gives user the hash h: the user's line is rewritten (its scope kept)
 // or, for a new user, a line is added at the end. It refuses a name that
 // could not be read back as itself (empty, ':', control characters, a
-// leading '#' or blank; RFC 0002 §1.10, RFC 0005 §1.3).
+// leading '#' or blank; docs/configuration.md "Password files and `saguin --passwd`", docs/operations.md "Operators").
 func (f *File) Set(user string, h Hash) (added bool, err error) {
 	if err := CheckFileUserName(user); err != nil {
 		return false, err

@@ -77,7 +77,7 @@ func readAndAddAlice(t *testing.T, path string) *passwd.File {
 }
 
 // saguin --passwd add refuses a name that could not be read back as
-// itself: RFC 0002 §1.10's control characters, RFC 0005 §1.3's ':', and
+// itself: docs/configuration.md "Password files and `saguin --passwd`"'s control characters, docs/operations.md "Operators"'s ':', and
 // what readers trim or take as a comment.
 func TestSetRefusesNamesThatCannotBeStored(t *testing.T) {
 	f := passwd.NewFile("p", passwd.AnyKind)
@@ -122,7 +122,7 @@ func TestWriteCreatesANewFileMode0600(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.10: an existing file keeps its mode and its owner and group
+// docs/configuration.md "Password files and `saguin --passwd`": an existing file keeps its mode and its owner and group
 // (the owner half needs root, as CI runs, to give the file another owner).
 func TestWriteKeepsModeAndOwner(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "passwords")

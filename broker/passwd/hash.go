@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// The hash types RFC 0002 §1.10 reads, as mosquitto_passwd 2.0 writes them
+// The hash types docs/configuration.md "Password files and `saguin --passwd`" reads, as mosquitto_passwd 2.0 writes them
 // (checked against Debian's mosquitto_passwd 2.0.11; rfcs/passwords.md):
 //
 //	$6$<salt>$<SHA-512(password ‖ salt)>
@@ -30,7 +30,7 @@ const (
 
 const (
 	// DefaultIterations is the PBKDF2 count of every hash saguin --passwd
-	// writes (RFC 0002 §1.10). mosquitto_passwd 2.0 writes 101.
+	// writes (docs/configuration.md "Password files and `saguin --passwd`"). mosquitto_passwd 2.0 writes 101.
 	DefaultIterations = 1000
 	// MaxIterations bounds a $7$ count read from a file: every CONNECT
 	// costs the file's largest count (Table.Authenticate), and a million
@@ -136,7 +136,7 @@ const MaxPassword = 65535
 
 // NewHash hashes password as saguin --passwd add stores it: $7$,
 // DefaultIterations, a fresh random 12-byte salt. It refuses an empty
-// password (RFC 0005 §1.3) and one no client could send.
+// password (docs/operations.md "Operators") and one no client could send.
 func NewHash(password []byte) (Hash, error) {
 	switch {
 	case len(password) == 0:

@@ -11,7 +11,7 @@ import (
 	"saguin.dev/broker/passwd"
 )
 
-// RFC 0002 §1.10: a file Debian's mosquitto_passwd writes — its default
+// docs/configuration.md "Password files and `saguin --passwd`": a file Debian's mosquitto_passwd writes — its default
 // $7$ (101 iterations), $6$ with -H sha512, $7$ with -I, several users, a
 // password holding ':' and a non-ASCII letter — loads unchanged as an MQTT
 // and as an operator file, and verifies exactly the right passwords.

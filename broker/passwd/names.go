@@ -11,8 +11,7 @@ import (
 // carries at most 65535, so a longer name in a file could never log in.
 const MaxUserName = 65535
 
-// CheckUserName says why name can never be a user name, or nil. RFC 0002
-// §1.10: a name holding U+0000 or a control character (U+0001–U+001F,
+// CheckUserName says why name can never be a user name, or nil. docs/configuration.md "Password files and `saguin --passwd`": a name holding U+0000 or a control character (U+0001–U+001F,
 // U+007F–U+009F) is never valid — the broker refuses such a CONNECT with
 // 0x86, a file naming one does not load, and saguin --passwd add refuses
 // it. A name that is not UTF-8 is refused too: MQTT carries user names as
@@ -29,7 +28,7 @@ func CheckUserName(name string) error {
 	return nil
 }
 
-// isControl is the set RFC 0002 §1.10 refuses in a user name: the C0
+// isControl is the set docs/configuration.md "Password files and `saguin --passwd`" refuses in a user name: the C0
 // controls with NUL, DEL, and the C1 controls.
 func isControl(r rune) bool {
 	return r <= 0x1F || (r >= 0x7F && r <= 0x9F)
@@ -47,7 +46,7 @@ func CheckFileUserName(name string) error {
 
 // storableNameProblem adds to CheckUserName what a name must also be to be
 // written on a line of a file and read back as itself: not empty, not too
-// long, no ':' (the field separator, RFC 0005 §1.3), not beginning with '#'
+// long, no ':' (the field separator, docs/operations.md "Operators"), not beginning with '#'
 // (mosquitto reads a line beginning with '#' as a comment) and no blank at
 // either end (readers trim the blanks around each field). It returns the
 // problem and its fix, or "".

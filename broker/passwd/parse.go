@@ -13,9 +13,9 @@ import (
 type Kind uint8
 
 const (
-	// MQTT is a client password file (RFC 0002 §1.10): no scope field.
+	// MQTT is a client password file (docs/configuration.md "Password files and `saguin --passwd`"): no scope field.
 	MQTT Kind = iota + 1
-	// Operator is an operator credential file (RFC 0005 §1.3): a scope
+	// Operator is an operator credential file (docs/operations.md "Operators"): a scope
 	// field is allowed, and a file naming nobody does not load.
 	Operator
 	// AnyKind is the view of saguin --passwd, which reads no configuration

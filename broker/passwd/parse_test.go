@@ -106,7 +106,7 @@ func TestLinesMosquittoSilentlyLosesAreRefused(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.10, RFC 0005 §1.3: each of these is a load error whose text
+// docs/configuration.md "Password files and `saguin --passwd`", docs/operations.md "Operators": each of these is a load error whose text
 // names the file and the line and says how to fix it.
 func TestLoadErrorsNameFileLineAndFix(t *testing.T) {
 	h := hashOf(t, "pw")
@@ -230,7 +230,7 @@ func TestLoadOfWhatIsNotAFile(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.10: an MQTT file that names nobody loads with Len 0 — the
+// docs/configuration.md "Password files and `saguin --passwd`": an MQTT file that names nobody loads with Len 0 — the
 // broker decides, knowing the door, whether that admits nobody.
 func TestEmptyMQTTFileLoadsWithNoUsers(t *testing.T) {
 	tab, err := passwd.Load(writeFile(t, "# nobody\n"), passwd.MQTT)

@@ -7,7 +7,7 @@ import (
 )
 
 // operatorRoutes are the operations listener's routes that ask for
-// credentials (RFC 0005 §1.3; /health never does). queues is one route
+// credentials (docs/operations.md "Operators"; /health never does). queues is one route
 // with a channel under it: /v1/operations/queues/<channel>.
 var operatorRoutes = [...]string{
 	"/metrics",
@@ -28,7 +28,7 @@ var operatorRoutes = [...]string{
 func OperatorRoutes() []string { return slices.Clone(operatorRoutes[:]) }
 
 // RouteReaches says whether a scope naming route reaches a request for
-// path, by path-segment boundary (RFC 0005 §1.3): /v1/operations reaches
+// path, by path-segment boundary (docs/operations.md "Operators"): /v1/operations reaches
 // /v1/operations and /v1/operations/consumers, never /v1/operationsXYZ.
 // path is the request's decoded URL path; one that is not clean — not
 // absolute, or holding an empty, "." or ".." segment — is reached by no

@@ -7,7 +7,7 @@ import (
 	"saguin.dev/broker/passwd"
 )
 
-// RFC 0005 §1.3: a scope reaches by path segment — /v1/operations grants
+// docs/operations.md "Operators": a scope reaches by path segment — /v1/operations grants
 // /v1/operations/consumers but not /v1/operationsXYZ — and a path that
 // is not clean is reached by nothing, so "/metrics/../v1/operations/users"
 // does not pass as under /metrics.

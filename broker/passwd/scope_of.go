@@ -2,7 +2,7 @@ package passwd
 
 // ScopeOf is the routes user reaches, with no password checked: for an
 // operator whose name something else verified — a client certificate the
-// door checked, or a proxy in front of a unix door (RFC 0005 §1.4). ok is
+// door checked, or a proxy in front of a unix door (docs/operations.md "Who the caller is"). ok is
 // false when the file does not name user. Unlike Authenticate it returns
 // at once: the name was proven already, so whether it is listed is no
 // secret from the caller.

@@ -30,9 +30,9 @@ type account struct {
 
 // Load reads the password file at path as kind and returns the whole new
 // Table, or an error and nothing: a *LoadError naming the file and each
-// problem's line (RFC 0002 §1.10: a re-read applies nothing unless every
+// problem's line (docs/configuration.md "Password files and `saguin --passwd`": a re-read applies nothing unless every
 // file loads). An MQTT file naming nobody loads, with Len 0: whether that
-// is a mistake depends on the listener it serves (RFC 0002: a door whose
+// is a mistake depends on the listener it serves (docs/configuration.md: a door whose
 // only way in is an empty file admits nobody), which the broker knows and
 // this package does not.
 func Load(path string, kind Kind) (*Table, error) {
@@ -89,7 +89,7 @@ func (t *Table) Path() string { return t.path }
 func (t *Table) Kind() Kind { return t.kind }
 
 // Len is the number of users; the broker refuses a door whose only way in
-// is a file with none (RFC 0002).
+// is a file with none (docs/configuration.md).
 func (t *Table) Len() int { return len(t.users) }
 
 // Users are the names, sorted.

@@ -107,7 +107,7 @@ func TestAuthenticateReturnsTheScope(t *testing.T) {
 	}
 }
 
-// NewHash writes what RFC 0002 §1.10 says: $7$, 1000 rounds, a 12-byte
+// NewHash writes what docs/configuration.md "Password files and `saguin --passwd`" says: $7$, 1000 rounds, a 12-byte
 // salt that differs between two hashes of one password.
 func TestNewHashIsPBKDF2WithAThousandRounds(t *testing.T) {
 	a, err := NewHash([]byte("pw"))

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 )
 
-// newFileMode is a created file's mode (RFC 0002 §1.10): the hashes are
+// newFileMode is a created file's mode (docs/configuration.md "Password files and `saguin --passwd`"): the hashes are
 // for the broker's user alone.
 const newFileMode = 0o600
 

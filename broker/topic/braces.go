@@ -16,8 +16,7 @@ func HasBraces(filter string) bool {
 }
 
 // ExpandBraces expands "{a,b}" alternatives in a configuration filter into
-// plain filters, every combination when there are several braces (RFC 0002
-// §2.1): "x/{a,b}/{c,d}" gives x/a/c, x/a/d, x/b/c, x/b/d, in that order. A
+// plain filters, every combination when there are several braces (docs/configuration.md "`channels`"): "x/{a,b}/{c,d}" gives x/a/c, x/a/d, x/b/c, x/b/d, in that order. A
 // brace may sit inside a level ("dev-{a,b}") but holds no "/", no wildcard,
 // and no empty alternative; braces do not nest, and a lone "{" or "}" is
 // refused, so braces are never literal characters in a configuration filter.

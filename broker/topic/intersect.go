@@ -9,7 +9,7 @@ import "strings"
 // remaining levels (zero of them included, so "a/#" and "a" meet in "a").
 //
 // The ACL asks it whether a subscription's part of a channel lies inside a
-// narrowing rule (RFC 0002 §1.12): what a filter reaches of a channel is
+// narrowing rule (docs/configuration.md "The ACL file"): what a filter reaches of a channel is
 // the intersection of the two filters.
 func Intersect(a, b string) (string, bool) {
 	la, lb := Split(a), Split(b)

@@ -46,7 +46,7 @@ type inv12Channel struct {
 }
 
 // genWrittenFilter draws a channel filter as written in a configuration
-// file (RFC 0002 §2.1): a spelled-out first level not beginning with $, then
+// file (docs/configuration.md "`channels`"): a spelled-out first level not beginning with $, then
 // literals, +, braces, and possibly a final #.
 func genWrittenFilter(t *rapid.T, label string) string {
 	lv := []string{rapid.SampledFrom([]string{"a", "b", "{a,b}", "dev-{1,2}"}).Draw(t, label+"-first")}

@@ -21,7 +21,7 @@ type Route struct {
 // safe for concurrent use.
 //
 // Exactness is a lexicographic order on filters, compared level by level
-// from the left (RFC 0002 §2.1): at the first level where two filters that
+// from the left (docs/configuration.md "`channels`"): at the first level where two filters that
 // both match a topic differ, a literal beats +, + beats #, and a filter that
 // ends there beats one continuing with #. Two distinct filters matching one
 // topic always differ somewhere, so there is never a tie to break, and
@@ -376,7 +376,7 @@ func (s *reachSearch) step(alive []*node, best candidate, fi, depth int, v strin
 }
 
 // MoreExact reports whether filter a is more exact than filter b by the
-// order the resolver decides with (RFC 0002 §2.1): compared level by level
+// order the resolver decides with (docs/configuration.md "`channels`"): compared level by level
 // from the left, at the first level where they differ a literal beats +,
 // + beats #, and a filter ending there beats one continuing with #. Two
 // identical filters are not more exact than each other. saguin --route

@@ -29,7 +29,7 @@ func refMatch(filter, topic string) bool {
 	return len(f) == len(t)
 }
 
-// refMoreExact is RFC 0002 §2.1 as written: compare level by level from the
+// refMoreExact is docs/configuration.md "`channels`" as written: compare level by level from the
 // left; at the first differing level a literal beats + and #, + beats #, and
 // a filter ending there beats one continuing with #.
 func refMoreExact(a, b string) bool {
@@ -327,7 +327,7 @@ func TestMatchOverlapInsideAgreeWithBruteForce(t *testing.T) {
 // holding the queue and its dead-letter channel puts it in the latter.
 func TestDeadLetterTopicsResolveToTheDeadLetterChannel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		// Channel filters begin with a literal not starting with '$' (RFC 0002 §2.1).
+		// Channel filters begin with a literal not starting with '$' (docs/configuration.md "`channels`").
 		q := rapid.SampledFrom([]string{"a", "b"}).Draw(t, "first")
 		if rapid.Bool().Draw(t, "more") {
 			q += "/" + genFilter(t, "q")

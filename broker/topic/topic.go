@@ -1,6 +1,6 @@
 // Package topic holds the MQTT topic and filter primitives every part of the
 // broker uses: validity, matching, overlap and containment of filters, the
-// configuration's brace expansion, the dead-letter rewriting of RFC 0002 §2.4,
+// configuration's brace expansion, the dead-letter rewriting of docs/channels.md "The dead-letter channel",
 // and the Resolver that decides which channel holds a topic (invariant 12).
 //
 // Everything here is pure and allocation-light; a Resolver is immutable once
@@ -21,7 +21,7 @@ const (
 	SingleLevel = "+"
 	// MultiLevel matches any number of levels, zero included; last level only.
 	MultiLevel = "#"
-	// DeadLetterLevel is the level RFC 0002 §2.4 inserts into a queue's
+	// DeadLetterLevel is the level docs/channels.md "The dead-letter channel" inserts into a queue's
 	// filter and topics to derive its dead-letter channel.
 	DeadLetterLevel = "__dlq"
 	// MaxLength is the longest topic or filter MQTT can carry (a UTF-8
@@ -30,7 +30,7 @@ const (
 )
 
 // Levels counts the levels of a topic or filter: the number of separators
-// plus one (RFC 0002 §1.5 max_topic_levels). "a//b" has three levels, the
+// plus one (docs/configuration.md "`broker.limits`" max_topic_levels). "a//b" has three levels, the
 // middle one empty.
 func Levels(s string) int {
 	return strings.Count(s, Separator) + 1
@@ -236,7 +236,7 @@ func Inside(inner, outer string) bool {
 var ErrNoMatch = errors.New("topic does not match the filter")
 
 // DeadLetterFilter derives a dead-letter channel's filter from its queue's
-// (RFC 0002 §2.4): the level "__dlq" goes where the filter has "#", or is
+// (docs/channels.md "The dead-letter channel"): the level "__dlq" goes where the filter has "#", or is
 // appended when it has none. "jobs/#" becomes "jobs/__dlq/#"; "iot/+/inspect"
 // becomes "iot/+/inspect/__dlq".
 func DeadLetterFilter(queueFilter string) string {

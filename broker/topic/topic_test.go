@@ -72,7 +72,7 @@ func TestMatch(t *testing.T) {
 		{"a/#", "a", true}, // # matches zero levels
 		{"a/#", "a/b/c", true},
 		{"a/#", "ab", false},
-		{"a/+/location/#", "a/x/location", true}, // RFC 0002 §2.1's example
+		{"a/+/location/#", "a/x/location", true}, // docs/configuration.md "`channels`"'s example
 		{"a/+/location/#", "a/x/location/y/z", true},
 		{"a/+/location/#", "a/x/place", false},
 		{"#", "a", true},
@@ -201,7 +201,7 @@ func TestExpandBraces(t *testing.T) {
 	}
 }
 
-// Every example of RFC 0002 §2.4.
+// Every example of docs/channels.md "The dead-letter channel".
 func TestDeadLetterFilterAndTopic(t *testing.T) {
 	for _, tc := range []struct{ queue, dlq string }{
 		{"iot/water/+/inspect", "iot/water/+/inspect/__dlq"},

@@ -225,7 +225,7 @@ func (c *campaign) startActors(ctx context.Context) {
 		stop: c.producersStop, interval: func() time.Duration { return qRng.between(30*time.Millisecond, 90*time.Millisecond) }})
 
 	// state: a latest channel's keys, set and deleted by two producers,
-	// read by point readers and a durable subscriber (RFC 0003 §9).
+	// read by point readers and a durable subscriber (docs/channels.md "`latest`").
 	keys := stateKeys()
 	for i := range latestProducers {
 		rng := newLockedRand(seed + 500 + uint64(i))
@@ -251,7 +251,7 @@ func (c *campaign) startActors(ctx context.Context) {
 	pr := newProber(e, "prober", 500*time.Millisecond)
 	spawn(pr.run)
 
-	// Session takeover (invariants 17, 18) and Wills (RFC 0003 "Last
+	// Session takeover (invariants 17, 18) and Wills (docs/channels.md "Last
 	// Will"): takeover.go, wills.go. Will clients stop with the producers,
 	// so the end waits out the last delays with nothing new armed.
 	for i := range takeoverClients {

@@ -58,11 +58,11 @@ var Catalog = []CheckInfo{
 	{"session-present", []int{18, 17}, "Session Present 0 for a Clean Start 0 CONNECT of a durable session a CONNACK had said existed, outside every loss window (a refused CONNECT or a takeover ended it, or a restart lost it)"},
 	{"will-withdrawn-published", []int{18}, "a Will published after its client's DISCONNECT 0x00 was answered by the broker's close"},
 	{"will-missing", []int{14}, "a Will owed (DISCONNECT 0x04, a reset socket, a cut link) never published by the end, across kills and SIGTERMs too, outside every loss window"},
-	// RFC 0003 "Last Will", not one of the eighteen.
+	// rfcs/wills.md, not one of the eighteen.
 	{"will-early", nil, "a Will published before its connection ended plus its Will Delay Interval"},
 	{"will-cancelled-published", nil, "a Will published although its client resumed its session within the delay and then withdrew it"},
 	{"will-topic-accepted", nil, "a CONNECT whose Will topic holds a wildcard accepted (RFC 0003 refuses it 0x90)"},
-	// RFC 0003 §9, not one of the eighteen: a latest consumer never sent an
+	// docs/channels.md "`latest`", not one of the eighteen: a latest consumer never sent an
 	// older value after a newer one; a point read of a key a latest channel
 	// holds is answered, on the asker's Response Topic, before its PUBACK.
 	{"latest-order", nil, "a latest consumer sent an older value after a newer one, on one connection"},
@@ -70,8 +70,8 @@ var Catalog = []CheckInfo{
 	{"point-read-unanswered", nil, "a point read acknowledged with success and no answer on its Response Topic, the connection still up"},
 }
 
-// ruleOnly are the catalog entries no invariant covers: RFC 0003's own
-// promises about latest channels, point reads and Wills.
+// ruleOnly are the catalog entries no invariant covers: the broker's own
+// promises (docs/channels.md, rfcs/wills.md) about latest channels, point reads and Wills.
 var ruleOnly = []string{"latest-order", "point-read-refused", "point-read-unanswered",
 	"will-early", "will-cancelled-published", "will-topic-accepted"}
 

@@ -124,7 +124,7 @@ func TestInvariant14_StaleLatestPointReadIsFlagged(t *testing.T) {
 	mustPass(t, check(t, h))
 }
 
-// RFC 0003 §9 "never older after newer": on one connection the subscriber
+// docs/channels.md "`latest`" "never older after newer": on one connection the subscriber
 // is sent a key's older value after a newer one. Each was the key's value
 // at some moment after the SUBSCRIBE, so only the order check sees it.
 func TestLatestOlderAfterNewerOnOneConnectionIsFlagged(t *testing.T) {

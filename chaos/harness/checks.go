@@ -277,7 +277,7 @@ func (r *run) observations() []observation {
 			obs = append(obs, observation{o.Channel + "__dlq", o.Output.Offset, o.Output.ID, o.Return, o.Line})
 		case L.OpLatestRead:
 			// A latest value is a record too: its offset is its own for
-			// ever (one counter per channel, RFC 0003 §9). Point reads
+			// ever (one counter per channel, docs/channels.md "`latest`"). Point reads
 			// are recorded without one.
 			if o.Output.Offset > 0 && o.Output.ID != "" {
 				obs = append(obs, observation{o.Channel, o.Output.Offset, o.Output.ID, o.Return, o.Line})

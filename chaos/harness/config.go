@@ -23,9 +23,9 @@ const (
 	// (invariant 1).
 	chanTicks = "ticks"
 	// chanJobs is the queue; its dead letters land in jobs__dlq under
-	// jobs/__dlq/# (RFC 0002: the derived filter).
+	// jobs/__dlq/# (docs/configuration.md: the derived filter).
 	chanJobs = "jobs"
-	// chanState is a latest channel (RFC 0003 §9): a value per topic, a
+	// chanState is a latest channel (docs/channels.md "`latest`"): a value per topic, a
 	// zero-length publish deletes it. Its keys are read by point reads
 	// ($saguin/kv/get) and by a durable subscriber, and checked against the
 	// latest model (a register with delete per key).
@@ -40,7 +40,7 @@ const (
 	topicWills  = "wills/"
 	filterWills = "wills/#"
 	// badWillTopic is a Will topic no broker may accept (a wildcard in a
-	// topic name: RFC 0003 "What is refused, and when", 0x90): the
+	// topic name: rfcs/wills.md, 0x90): the
 	// takeover workload's CONNECT that must be refused.
 	badWillTopic = "wills/+/refused"
 
@@ -53,7 +53,7 @@ const (
 	filterState  = "state/#"
 	topicQueue   = "$saguin/queue/" + chanJobs
 	topicState   = "state/"
-	// topicKVGet is where a point read is asked (RFC 0003 §9).
+	// topicKVGet is where a point read is asked (docs/channels.md "`latest`").
 	topicKVGet = "$saguin/kv/get"
 	// replyPrefix + client id is a point reader's Response Topic: a plain
 	// topic no channel claims, subscribed before the first read.

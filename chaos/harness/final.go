@@ -166,5 +166,5 @@ func (c *campaign) awaitWills(ctx context.Context) error {
 
 // willGrace is how long past its due moment a Will is waited for at the
 // end: the broker checks waiting Wills once a second, and a Will owed
-// across a restart is published at the start (RFC 0003).
+// across a restart is published at the start (docs/channels.md).
 const willGrace = 5 * time.Second

@@ -13,7 +13,7 @@ import (
 	L "saguin.dev/linearizability"
 )
 
-// The latest channel's workload (RFC 0003 §9): producers set and delete a
+// The latest channel's workload (docs/channels.md "`latest`"): producers set and delete a
 // few keys (producer, with keys), point readers ask $saguin/kv/get for one
 // key at a time, and a durable subscriber holds the whole channel. Every
 // value is unique, so each read names the write it saw, and the latest
@@ -207,7 +207,7 @@ func (r *pointReader) record(c *mconn, key string, call int64, rep kvReply) {
 // diff on a resumed session and the live changes are all values the key
 // held at some moment since then, so the latest model judges them with
 // the point reads. On each connection, a topic's offsets must never go back
-// (RFC 0003 §9 "never older after newer": the latest-order check).
+// (docs/channels.md "`latest`" "never older after newer": the latest-order check).
 type latestSubscriber struct {
 	env     *env
 	name    string
@@ -263,7 +263,7 @@ func (s *latestSubscriber) onPublish(c *mconn, p *paho.Publish, call int64) {
 	t := s.env.now()
 	off, okOff := userInt(p, "saguin-offset")
 	if !okOff || off < 1 {
-		// Every latest value carries its offset (RFC 0003 §9), a deletion
+		// Every latest value carries its offset (docs/channels.md "`latest`"), a deletion
 		// included: it is what "newer than" is judged by.
 		s.env.protocolFinding(8, "delivery-headers", chanState,
 			fmt.Sprintf("%s: value of %s without saguin-offset: %v", s.name, p.Topic, p.Properties))

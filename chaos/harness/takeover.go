@@ -204,7 +204,7 @@ func (t *takeoverClient) takeOver(ctx context.Context, owner *mconn) *mconn {
 }
 
 // refused sends a CONNECT for the live id that the broker must refuse: a
-// Will topic holding a wildcard (RFC 0003 "What is refused, and when":
+// Will topic holding a wildcard (rfcs/wills.md:
 // 0x90), with Clean Start 1 so that a broker acting on it before refusing
 // would end the owner's session (invariant 17).
 func (t *takeoverClient) refused(ctx context.Context, owner *mconn) {

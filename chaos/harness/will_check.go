@@ -20,12 +20,12 @@ type willFigures struct {
 // checkWills judges every Will episode (wills.go) by what the watcher read:
 //
 //   - will-early: a Will read before its connection could have ended plus
-//     its Will Delay (MQTT 5 §3.1.3.2.2; RFC 0003 "The delay is Sagüin's").
+//     its Will Delay (MQTT 5 §3.1.3.2.2; rfcs/wills.md).
 //   - will-withdrawn-published (invariant 18): a Will read although its
 //     client's DISCONNECT 0x00 was answered by the broker's close — the
 //     withdrawal is stored before that close — unless a power cut's loss
 //     window (or a memory provider's kill) reaches back to it.
-//   - will-cancelled-published (RFC 0003): a Will read although its client
+//   - will-cancelled-published (docs/channels.md): a Will read although its client
 //     came back well within the delay (which cancels it) and then withdrew
 //     the new one with an answered DISCONNECT 0x00.
 //   - will-missing (invariant 14): a Will whose connection ended with
@@ -33,7 +33,7 @@ type willFigures struct {
 //     the end of the campaign — the broker had run willSettle after the end
 //     (time to write the due moment) before any stop, and no loss window
 //     may have taken that write back. A kill or a SIGTERM after it does not
-//     excuse it: a restart does not lose a Will (RFC 0003), it is at least
+//     excuse it: a restart does not lose a Will (docs/channels.md), it is at least
 //     once across a crash.
 func (r *run) checkWills() ([]Finding, willFigures) {
 	var fig willFigures

@@ -10,7 +10,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 )
 
-// The Will workload (RFC 0003 "Last Will"; invariants 14, 18). Will
+// The Will workload (rfcs/wills.md; invariants 14, 18). Will
 // clients live one episode each under a client id of its own
 // (will-<n>-<k>): CONNECT with Clean Start 1, a Session Expiry longer than
 // the Will Delay, and a Will whose topic is wills/<client id> and whose
@@ -24,7 +24,7 @@ import (
 //     link cut at the proxy: the Will must be published, not before its
 //     delay, and at least once by the end of the campaign — across a kill
 //     or a power cut too, once the broker had time to write its due moment
-//     (RFC 0003 "A restart does not lose it"), unless a loss window may
+//     (rfcs/wills.md), unless a loss window may
 //     have taken that write back (invariant 14);
 //   - reset, then the same id back with Clean Start 0 well within the
 //     delay, then DISCONNECT 0x00: the resume cancelled the waiting Will
@@ -45,7 +45,7 @@ const (
 	willMaxDelay = 3
 	// willSettle is how long the broker must have run, after a Will's
 	// connection ended, before a stop for its due moment to count as
-	// written (RFC 0003: "written down when the wait begins"); a stop
+	// written (docs/channels.md: "written down when the wait begins"); a stop
 	// sooner excuses a Will not published.
 	willSettle = 2 * time.Second
 )

@@ -39,7 +39,7 @@ var defaultMix = [numBehaviours]int{bAck: 62, bReturn: 8, bLateAck: 8, bSilent: 
 
 // worker consumes the queue with a stock client: QoS 1 subscription to
 // $saguin/queue/jobs, answers published to the Response Topic with the
-// Correlation Data echoed (RFC 0003).
+// Correlation Data echoed (docs/channels.md).
 type worker struct {
 	env     *env
 	name    string

@@ -62,7 +62,7 @@ type producer struct {
 	pause time.Duration
 	// latest (op L.OpLatestPublish): each publish sets one of keys, drawn
 	// from rng, and one in deleteOneIn is a delete (a zero-length payload,
-	// RFC 0003 §9). Every value is unique ("<name> #<n>"), so a read names
+	// docs/channels.md "`latest`"). Every value is unique ("<name> #<n>"), so a read names
 	// the write it saw.
 	keys        []string
 	rng         *lockedRand
@@ -270,7 +270,7 @@ func (r *dlqReader) onPublish(c *mconn, p *paho.Publish) {
 // prober asks the broker, through seeks on its own durable session, for each
 // channel's next offset (seek -1: an append.head operation) and floor (seek
 // 0: a floor note). Its session subscribes to nothing, so moving its own
-// position changes nothing anybody reads (RFC 0003 "Seek").
+// position changes nothing anybody reads (docs/channels.md "Seek").
 type prober struct {
 	env     *env
 	name    string
@@ -342,7 +342,7 @@ func (p *prober) seek(ctx context.Context, c *mconn, channel, target string) (st
 		c.abort()
 		return "", nil, false
 	}
-	// The reply is written before the PUBACK (RFC 0003: the reply comes
+	// The reply is written before the PUBACK (docs/channels.md: the reply comes
 	// first), so it is here or on its way.
 	timer := time.NewTimer(p.env.opTimeout)
 	defer timer.Stop()

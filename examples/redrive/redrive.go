@@ -1,5 +1,5 @@
 // Command redrive puts dead-lettered jobs back into their queue, with nothing
-// but a stock MQTT 5 client (RFC 0003 "Putting dead-lettered work back").
+// but a stock MQTT 5 client (docs/channels.md "The dead-letter channel").
 //
 //	redrive -broker 127.0.0.1:1883 -queue jobs -filter 'jobs/#' [-max N]
 //

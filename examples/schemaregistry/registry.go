@@ -1,5 +1,5 @@
 // Command schemaregistry is a schema registry made of nothing but a Sagüin
-// latest channel and a convention (RFC 0003 "Saying which schema
+// latest channel and a convention (docs/channels.md "Saying which schema
 // deserializes a payload"), driven by a stock MQTT 5 client:
 //
 //	schemaregistry register -topic schemas/acme/weather-v1 -schema 'temperature:float,humidity:int'

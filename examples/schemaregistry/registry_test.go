@@ -13,7 +13,7 @@ import (
 
 // The registry is a latest channel; the data an append channel; devices
 // write under their own prefix (an ACL confines them there once the broker
-// reads one: RFC 0003 "Collisions are refused rather than discouraged").
+// reads one: rfcs/partition.md).
 const config = `
 broker:
   id: schemaregistry-test

@@ -53,7 +53,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 // BenchmarkTrimOnALongChannel is the steady state of a channel at its
 // size: one append and one trim removing one record per op, on a channel
 // of 100,000 records. Cost is proportional to what is removed, not to the
-// channel's length (RFC 0004 §10).
+// channel's length (docs/channels.md "When retention passes a position").
 func BenchmarkTrimOnALongChannel(b *testing.B) {
 	p := mustOpen(&testing.T{}, Options{})
 	defer p.Close()

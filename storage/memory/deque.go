@@ -9,7 +9,7 @@ const chunkLen = 256
 // already stored (a single slice regrows by copying the whole channel
 // under its lock, which dominated the cost of an append on a long
 // channel), and removal from the front clears records and drops whole
-// chunks, so its cost is proportional to what is removed (RFC 0004 §10).
+// chunks, so its cost is proportional to what is removed (docs/channels.md "When retention passes a position").
 //
 // Every chunk but the last holds exactly chunkLen values; the first may
 // start with dead values (head of them). A deque of one chunk grows that

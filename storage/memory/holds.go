@@ -12,10 +12,10 @@ import (
 	"saguin.dev/storage/internal/snapshot"
 )
 
-// Held QoS 2 publishes (RFC 0003 §2). A hold lives with its channel's store,
+// Held QoS 2 publishes (rfcs/qos2-holds.md). A hold lives with its channel's store,
 // under that store's lock, so a release — the record written at the next
 // offset and the hold deleted — is one critical section, and the hold is
-// written in the channel's snapshot file (RFC 0004 §4). Its bytes count
+// written in the channel's snapshot file (rfcs/storage-memory.md). Its bytes count
 // against the provider from the hold on; the release moves that charge to
 // the record, so it never asks the provider for room again (the release
 // "uses the reserve": it can never be refused by the provider bound).
@@ -117,7 +117,7 @@ func (v *valueStore) holdTarget() *holdTarget {
 	return &holdTarget{
 		lock: v.mu.Lock, unlock: v.mu.Unlock, set: &v.holds,
 		// A latest channel has no max_bytes of its own: its release is
-		// never refused for room (RFC 0003 §2).
+		// never refused for room (rfcs/qos2-holds.md).
 		fits: func(int64) (bool, string) { return true, "" },
 		write: func(rec storage.Record, size int64) (storage.Record, func()) {
 			i, found := v.find(rec.Topic)
@@ -257,7 +257,7 @@ func (p *Provider) DropHold(channel, clientID string, packetID uint16) (bool, er
 }
 
 // Holds lists the holds of every open channel. A channel whose snapshot
-// was not asked for is not read, so its holds are not listed (RFC 0003 §2:
+// was not asked for is not read, so its holds are not listed (rfcs/qos2-holds.md:
 // not counted).
 func (p *Provider) Holds() ([]storage.Held, error) {
 	p.mu.Lock()
@@ -289,7 +289,7 @@ func (p *Provider) Holds() ([]storage.Held, error) {
 }
 
 // AbandonedAtOpen is how many holds Open dropped: those of a channel file
-// older than the manifest's shutdown (RFC 0004 §4).
+// older than the manifest's shutdown (rfcs/storage-memory.md).
 func (p *Provider) AbandonedAtOpen() int { return p.abandonedAtOpen }
 
 func compareHeld(a, b storage.Held) int {

@@ -16,7 +16,7 @@ import (
 // TestHoldsOfAFileOlderThanTheManifestAreAbandoned: a channel file left
 // from an earlier shutdown than the manifest (its replacement failed) comes
 // back with its records but without its holds, which are counted — the
-// later shutdown may have finished those exchanges (RFC 0004 §4).
+// later shutdown may have finished those exchanges (rfcs/storage-memory.md).
 func TestHoldsOfAFileOlderThanTheManifestAreAbandoned(t *testing.T) {
 	dir := t.TempDir()
 	clock := storagetest.NewClock(storagetest.Base)

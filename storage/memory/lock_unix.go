@@ -12,7 +12,7 @@ var errLockHeld = errors.New("lock held")
 
 // lockFile takes an exclusive flock on path. The kernel releases it when
 // the descriptor closes or the process dies, so a stale file is harmless
-// and a live holder refuses a second broker (RFC 0004 §6).
+// and a live holder refuses a second broker (docs/operations.md "Storage files").
 func lockFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

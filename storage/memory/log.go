@@ -14,7 +14,7 @@ import (
 
 // appendLog is an append channel (or a queue's dead-letter log). recs
 // holds the held records in ascending offset order; retention removes a
-// prefix of them (RFC 0004 §10).
+// prefix of them (docs/channels.md "When retention passes a position").
 type appendLog struct {
 	p     *Provider
 	name  string
@@ -257,7 +257,7 @@ func (l *appendLog) Position(reader string) (storage.Position, bool, error) {
 }
 
 // SavePosition stores a reader's position. Never refused for capacity: a
-// bound may not block a consumer's progress (RFC 0003 "At a size bound").
+// bound may not block a consumer's progress (docs/channels.md "`queue`").
 // A position past next is refused (ErrBeyondEnd): positions lag, never
 // lead, and a snapshot holding one would not load.
 func (l *appendLog) SavePosition(pos storage.Position) error {
@@ -331,7 +331,7 @@ func (l *appendLog) Positions() ([]storage.Position, error) {
 
 // expirePositions drops mqtt: positions whose session would have expired
 // while the broker was down. bridge: readers exist only while configured,
-// so they are not judged by a clock (RFC 0004 §3).
+// so they are not judged by a clock (docs/operations.md "Storage files").
 func (l *appendLog) expirePositions(now time.Time) (dropped []string) {
 	for r, pos := range l.positions {
 		if strings.HasPrefix(r, "mqtt:") && now.After(pos.LastSeen.Add(pos.Expiry)) {
@@ -344,7 +344,7 @@ func (l *appendLog) expirePositions(now time.Time) (dropped []string) {
 }
 
 // checkLoaded is the decoder post-check on a log read from a snapshot
-// (RFC 0004 §4): counters sane, offsets ascending inside [floor, next),
+// (rfcs/storage-memory.md): counters sane, offsets ascending inside [floor, next),
 // no position past next.
 func (l *appendLog) checkLoaded() error {
 	if l.next < 1 || l.floor < 1 || l.floor > l.next {

@@ -32,7 +32,7 @@ type Options struct {
 	// Reserve is carved out of MaxBytes: publishes and enqueues may not use
 	// it, relief operations (attempt count, resolve, dead-letter move,
 	// stored position) may. One largest record with its headers
-	// (RFC 0003 "At a size bound").
+	// (docs/channels.md "`queue`").
 	Reserve int64
 	// Writer is the build revision written into snapshot headers.
 	Writer string
@@ -59,7 +59,7 @@ type Faults struct {
 	BeforeSnapshotRename func(path string) error
 	// BetweenReleaseHalves runs inside a QoS 2 release, after the record
 	// was written at the next offset and before the hold is deleted. An
-	// error must undo the write: never both, never neither (RFC 0003 §2).
+	// error must undo the write: never both, never neither (rfcs/qos2-holds.md).
 	BetweenReleaseHalves func() error
 }
 
@@ -198,7 +198,7 @@ func (p *Provider) Append(channel string) (storage.AppendLog, error) {
 	}
 	if q, ok := p.dlqOf[channel]; ok {
 		// A restored dead-letter log comes back with its queue: they are
-		// one file and one unit (RFC 0004 §4).
+		// one file and one unit (rfcs/storage-memory.md).
 		u := p.restored[q]
 		p.attach(q, u)
 		return u.log, nil

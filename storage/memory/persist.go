@@ -16,7 +16,7 @@ import (
 	"saguin.dev/storage/internal/snapshot"
 )
 
-// Files in the snapshot directory (RFC 0004 §4 "Files in snapshot_dir").
+// Files in the snapshot directory (rfcs/storage-memory.md "Files in snapshot_dir").
 const (
 	manifestName = "saguin.manifest"
 	lockName     = "saguin.lock"
@@ -24,7 +24,7 @@ const (
 	// channel file's name never contains a dot before its extension
 	// (FileName encodes dots), so nothing else can carry it.
 	tmpMarker = ".tmp-"
-	// writers bounds how many files are written at once (RFC 0004 §4).
+	// writers bounds how many files are written at once (rfcs/storage-memory.md).
 	writers = 4
 )
 
@@ -261,7 +261,7 @@ func (u *unit) encode(writer string, at time.Time) []byte {
 		pos := l.positions[r]
 		e.Position(&pos)
 	}
-	// The channel's unreleased QoS 2 publishes end the file (RFC 0004 §4);
+	// The channel's unreleased QoS 2 publishes end the file (rfcs/storage-memory.md);
 	// a queue's are the queue's (its dead-letter log takes none).
 	if q := u.queue; q != nil {
 		encodeHolds(e, q.holds)
@@ -392,7 +392,7 @@ func (p *Provider) loadDir() error {
 }
 
 // checkManifest warns about what the manifest and the files disagree on
-// (RFC 0004 §4 "Loading"). None of it stops a start: every file present
+// (rfcs/storage-memory.md "Loading"). None of it stops a start: every file present
 // was whole.
 func (p *Provider) checkManifest(m *manifest, files map[string]loadedFile) {
 	if m == nil {
@@ -417,7 +417,7 @@ func (p *Provider) checkManifest(m *manifest, files map[string]loadedFile) {
 		switch {
 		case f.at.Before(m.at):
 			// Its holds are of an exchange the later shutdown may have
-			// finished: dropped and counted abandoned (RFC 0004 §4).
+			// finished: dropped and counted abandoned (rfcs/storage-memory.md).
 			if n := p.restored[name].dropHolds(); n > 0 {
 				p.abandonedAtOpen += n
 				p.log.Warn("dropped the held QoS 2 publishes of a channel file older than the manifest",
@@ -486,7 +486,7 @@ func (p *Provider) readChannel(path string) (*unit, time.Time, error) {
 	return u, h.WrittenAt, nil
 }
 
-// decodeUnit reads a channel file's body and post-checks it (RFC 0004 §4).
+// decodeUnit reads a channel file's body and post-checks it (rfcs/storage-memory.md).
 func (p *Provider) decodeUnit(body []byte) (*unit, error) {
 	d := snapshot.NewDecoder(body)
 	u := &unit{}

@@ -132,7 +132,7 @@ func (q *queueStore) Get(offset uint64) (storage.QueueItem, error) {
 
 // CountAttempt counts one delivery attempt. It is a relief operation: the
 // attempt count is the precondition of the dead-letter move, so a bound
-// never refuses it (RFC 0003 "At a size bound"), and it changes no byte
+// never refuses it (docs/channels.md "`queue`"), and it changes no byte
 // count.
 func (q *queueStore) CountAttempt(offset uint64, at time.Time) (storage.QueueItem, error) {
 	at = snapshot.Normalize(at)

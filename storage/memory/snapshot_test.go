@@ -19,7 +19,7 @@ import (
 )
 
 // TestSnapshotHeaderIsFormat21 checks the exact bytes of the header and
-// trailer RFC 0004 §4 fixes, on a channel file and on the manifest.
+// trailer rfcs/storage-memory.md fixes, on a channel file and on the manifest.
 func TestSnapshotHeaderIsFormat21(t *testing.T) {
 	dir := t.TempDir()
 	at := time.Date(2026, 5, 4, 3, 2, 1, 987654321, time.UTC)
@@ -147,7 +147,7 @@ func (c *captured) has(s string) bool {
 	return false
 }
 
-// TestManifestDisagreementsAreWarnings covers RFC 0004 §4 "Loading": a
+// TestManifestDisagreementsAreWarnings covers rfcs/storage-memory.md "Loading": a
 // listed channel with no file, a channel file from an earlier shutdown
 // than the manifest, one newer than the manifest, and no manifest at all
 // are each reported and none stops the start.
@@ -222,7 +222,7 @@ func TestManifestDisagreementsAreWarnings(t *testing.T) {
 
 // TestUnaskedChannelsAreLeftOnDisk: a snapshot file for a channel nobody
 // asks for (no longer configured) is neither rewritten, deleted nor
-// charged; switching the channel back finds it (RFC 0004 §7).
+// charged; switching the channel back finds it (docs/operations.md "Storage files").
 func TestUnaskedChannelsAreLeftOnDisk(t *testing.T) {
 	dir := t.TempDir()
 	p := mustOpen(t, Options{SnapshotDir: dir})

@@ -275,7 +275,7 @@ func (v *valueStore) Next() uint64 {
 }
 
 // checkLoaded is the decoder post-check on a value store read from a
-// snapshot (RFC 0004 §4, storage-memory.md "kind 2"): next >= 1, topics
+// snapshot (rfcs/storage-memory.md, storage-memory.md "kind 2"): next >= 1, topics
 // non-empty and strictly ascending (so each topic once), every offset
 // in [1, next) and no offset twice (invariant 9: two values never share
 // one).

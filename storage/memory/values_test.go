@@ -29,7 +29,7 @@ func mustValues(t *testing.T, p *Provider, name string) storage.ValueStore {
 }
 
 // TestValueStoreFileLayout: a value store is one file named like a channel
-// ("$saguin/retained" -> %24saguin%2Fretained.snapshot, RFC 0004 §4), of
+// ("$saguin/retained" -> %24saguin%2Fretained.snapshot, rfcs/storage-memory.md), of
 // format 21 and file kind 1 (channels), whose body is kind byte 2, the
 // name, next u64, the count and the values in topic order, each a whole
 // record with its offset (storage-memory.md "kind 2"); the manifest lists
@@ -70,7 +70,7 @@ func TestValueStoreFileLayout(t *testing.T) {
 		r := d.Record()
 		got = append(got, fmt.Sprintf("%s@%d", r.Topic, r.Offset))
 	}
-	// Then the held QoS 2 publishes (none here) end the file (RFC 0004 §4).
+	// Then the held QoS 2 publishes (none here) end the file (rfcs/storage-memory.md).
 	holds := d.Count("hold", snapshot.MinHeldSize)
 	if err := d.End(); err != nil || strings.Join(got, " ") != "a@4 b@1" || holds != 0 {
 		t.Fatalf("values %v, %d holds, %v; want a@4 b@1, no holds and nothing after", got, holds, err)

@@ -240,7 +240,7 @@ func (l *appendLog) Position(reader string) (storage.Position, bool, error) {
 
 // SavePosition stores a reader's position. It may use the reserve: a bound
 // never blocks a consumer's progress. A position past next is refused —
-// positions lag, never lead (RFC 0003 §8).
+// positions lag, never lead (docs/channels.md "`append`").
 func (l *appendLog) SavePosition(pos storage.Position) error {
 	if pos.Reader == "" {
 		return fmt.Errorf("storage %s: append %s: position without a reader", l.p.opts.Name, l.ch.name)

@@ -37,7 +37,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 	}
 }
 
-// BenchmarkAppend: one appender, one record per transaction (RFC 0004
+// BenchmarkAppend: one appender, one record per transaction (rfcs/storage-sqlite.md and rfcs/storage-memory.md
 // "BenchmarkAppend").
 func BenchmarkAppend(b *testing.B) {
 	p := openAt(b, newDB(b), nil)

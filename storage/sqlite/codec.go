@@ -15,12 +15,12 @@ import (
 	"saguin.dev/storage"
 )
 
-// How a storage.Record becomes a row (RFC 0004 §5 "Schema"): headers as an
+// How a storage.Record becomes a row (rfcs/storage-sqlite.md "Schema"): headers as an
 // ordered JSON array of [name, value] pairs (duplicates kept, NULL when
 // none), the five publish properties as one JSON object (NULL when none,
 // correlation data base64), the timestamp as Unix nanoseconds with the zero
 // time stored as 0, and the record's Size kept in its own column so that
-// trimming and queue sums never re-derive it in SQL (RFC 0004 §10).
+// trimming and queue sums never re-derive it in SQL (docs/channels.md "When retention passes a position").
 
 // recordColumns are the record columns in scan order, shared by records and
 // queue_items.
@@ -108,7 +108,7 @@ func encodeRecord(r *storage.Record) (encoded, error) {
 }
 
 // timeToDB stores the zero time as 0, so a record without a timestamp never
-// reads back as a date in 1754 (RFC 0004 §3).
+// reads back as a date in 1754 (docs/operations.md "Storage files").
 func timeToDB(t time.Time) int64 {
 	if t.IsZero() {
 		return 0

@@ -21,7 +21,7 @@ import (
 // (TestFastJSONAgreesWithEncodingJSON).
 
 // decodeHeaders decodes the headers column: an ordered array of [name,
-// value] pairs, duplicates kept (RFC 0004 §5).
+// value] pairs, duplicates kept (rfcs/storage-sqlite.md).
 func decodeHeaders(s string) ([]storage.Header, error) {
 	if h, ok := fastHeaders(s); ok {
 		return h, nil

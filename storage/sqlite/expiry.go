@@ -9,7 +9,7 @@ import (
 // dropExpiredPositions removes, at open, the positions of mqtt: readers
 // whose session expired while the provider was closed: LastSeen + Expiry
 // (capped by MaxSessionExpiry) at or before now. It runs on every open, even
-// after a clean shutdown (RFC 0004 §3). bridge: readers are kept; they live
+// after a clean shutdown (docs/operations.md "Storage files"). bridge: readers are kept; they live
 // while their bridge is configured. An expiry of 0 means the session ended
 // with its connection, so such a position is always gone at the next start.
 //

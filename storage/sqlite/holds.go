@@ -10,10 +10,10 @@ import (
 	"saguin.dev/storage"
 )
 
-// Held QoS 2 publishes (RFC 0003 §2, RFC 0004 §5 held_publishes). Every
+// Held QoS 2 publishes (rfcs/qos2-holds.md, rfcs/storage-sqlite.md held_publishes). Every
 // write runs on the writer goroutine, so a release reads the channel's next
 // offset, inserts there and deletes the hold in one transaction, and the
-// in-memory counters move only after it commits (RFC 0004 §2).
+// in-memory counters move only after it commits (storage/storage.go).
 
 var _ storage.HoldStore = (*Provider)(nil)
 

@@ -54,7 +54,7 @@ func TestHelperKilledReleaser(t *testing.T) {
 // with SIGKILL in the middle of holds and releases comes back with every
 // exchange either still held (no record) or released (a record, no hold) —
 // never both, never neither — and every acknowledged release is a record
-// exactly once (RFC 0003 §2: restart mid-exchange stores nothing twice).
+// exactly once (rfcs/qos2-holds.md: restart mid-exchange stores nothing twice).
 func TestInvariant14_KillNineMidReleaseLeavesHoldOrRecord(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKilledReleaser$", "-test.count=1")
@@ -143,7 +143,7 @@ func TestInvariant14_KillNineMidReleaseLeavesHoldOrRecord(t *testing.T) {
 // TestHoldsOfAnUnopenedChannelAreListedAndDropped: a channel removed from
 // the configuration is not opened, but its hold rows are still in the
 // file; Holds lists them and DropHold deletes them by name, so the
-// broker's start can drop and count them (RFC 0003 §2). Release refuses a
+// broker's start can drop and count them (rfcs/qos2-holds.md). Release refuses a
 // channel not open.
 func TestHoldsOfAnUnopenedChannelAreListedAndDropped(t *testing.T) {
 	path := newDB(t)

@@ -453,7 +453,7 @@ func TestInvariant18_AppendReturnsOnlyAfterCommit(t *testing.T) {
 
 // TestTheIntervalIsNotAWaitForAReader: while a publish transaction waits
 // for company, reads and other transactions on the writer still run — the
-// leader waits holding nothing (RFC 0004 "Group commit").
+// leader waits holding nothing (rfcs/storage-sqlite.md).
 func TestTheIntervalIsNotAWaitForAReader(t *testing.T) {
 	p := openAt(t, newDB(t), func(o *Options) {
 		o.ReadConnections = 0 // every read must pass through the writer

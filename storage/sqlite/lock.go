@@ -12,7 +12,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// providerLock keeps a second Sagüin off a provider (RFC 0004 §6). It is a
+// providerLock keeps a second Sagüin off a provider (docs/operations.md "Storage files"). It is a
 // tiny SQLite database beside the guarded one, claimed by an unconditional
 // write in exclusive locking mode: after that write commits, the connection
 // keeps SQLite's EXCLUSIVE file lock until it closes, so another broker

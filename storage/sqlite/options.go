@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Defaults and ranges from RFC 0004 §1 ("Provider keys"). The configuration
+// Defaults and ranges from docs/configuration.md "`broker.storage`" ("Provider keys"). The configuration
 // layer validates the YAML; Open checks again so a provider can never run
 // with values the spec refuses.
 const (
@@ -45,7 +45,7 @@ type Options struct {
 	MaxBytes int64
 	// Reserve is one maximal record with its headers (max_message_size +
 	// max_header_bytes). Publishes and enqueues may not use it; CountAttempt,
-	// Resolve, DeadLetter and SavePosition may (RFC 0004 "The reserve").
+	// Resolve, DeadLetter and SavePosition may (docs/configuration.md "`broker.storage`").
 	Reserve int64
 	// FlushInterval is how often the WAL is fsynced when something has been
 	// committed since the last fsync (default 150ms, range 10ms–1s).
@@ -94,7 +94,7 @@ type Faults struct {
 	// BetweenReleaseHalves runs inside a QoS 2 release's transaction,
 	// after the record is inserted at the next offset and before the hold
 	// row is deleted. A non-nil error rolls the release back: never both,
-	// never neither (RFC 0003 §2).
+	// never neither (rfcs/qos2-holds.md).
 	BetweenReleaseHalves func() error
 	// SplitDeadLetter makes the dead-letter move two transactions — the
 	// dead-letter write committed, then the removal from the queue — the
@@ -149,7 +149,7 @@ func (o Options) resolve() (resolved, error) {
 		return r, fmt.Errorf("storage %s: max_bytes %d and reserve %d may not be negative", o.Name, o.MaxBytes, o.Reserve)
 	}
 	if o.MaxBytes > 0 {
-		// RFC 0004 "The reserve": max_bytes < 2 × reserve is a startup error
+		// docs/configuration.md "`broker.storage`": max_bytes < 2 × reserve is a startup error
 		// naming both.
 		if o.MaxBytes < 2*o.Reserve {
 			return r, fmt.Errorf("storage %s: max_bytes %d is less than twice the reserve %d (max_message_size + max_header_bytes)", o.Name, o.MaxBytes, o.Reserve)

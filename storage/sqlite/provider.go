@@ -1,4 +1,4 @@
-// Package sqlite is the SQLite storage provider (RFC 0004 §5): one database
+// Package sqlite is the SQLite storage provider (rfcs/storage-sqlite.md): one database
 // file per provider, on modernc.org/sqlite (pure Go), in WAL mode with
 // synchronous=NORMAL, one write connection that group-commits publishes,
 // and a small pool of read-only connections.
@@ -98,7 +98,7 @@ func Open(o Options) (*Provider, error) {
 		queues:  map[string]*queueStore{},
 		values:  map[string]*valueStore{},
 	}
-	// The lock is taken before the provider database is touched (RFC 0004 §6).
+	// The lock is taken before the provider database is touched (docs/operations.md "Storage files").
 	if p.lock, err = acquireLock(ctx, opts.Name, path+".lock", opts.Writer, opts.Now()); err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func (p *Provider) open(ctx context.Context) error {
 	return nil
 }
 
-// logOpened states the effective bounds (RFC 0004 §9: bound, reserve and
+// logOpened states the effective bounds (docs/configuration.md "`broker.storage`": bound, reserve and
 // page size are logged at startup) and the durability settings.
 func (p *Provider) logOpened() {
 	o := p.opts
@@ -236,13 +236,13 @@ func (p *Provider) Name() string { return p.opts.Name }
 func (p *Provider) MaxBytes() int64 { return p.opts.MaxBytes }
 
 // Bytes is the database size: pages in use or free, times the page size.
-// The file never shrinks on its own (RFC 0004 §5 "Reading live / backup").
+// The file never shrinks on its own (rfcs/storage-sqlite.md "Reading live / backup").
 func (p *Provider) Bytes() int64 { return p.pages.Load() * p.pageSize }
 
 // PageSize is the database's page size (4096 on databases created here).
 func (p *Provider) PageSize() int64 { return p.pageSize }
 
-// Stats are counters for the provider's metrics (RFC 0005 §2.6).
+// Stats are counters for the provider's metrics (docs/operations.md "Metrics", "Storage").
 type Stats struct {
 	// Publish transactions by what closed them.
 	CommitsByRecords, CommitsByInterval, CommitsByCommit, CommitsUnbatched uint64
@@ -471,7 +471,7 @@ func (w *writer) loadChannel(ch *channel) error {
 	ch.next, ch.floor, ch.bytes = uint64(next), uint64(floor), bytes
 	if ch.kind != kindAppend {
 		// Queue and value bytes (and how many rows) are summed at open,
-		// memory only (RFC 0004 §9): the rows are the one record of them.
+		// memory only (docs/configuration.md "`broker.storage`"): the rows are the one record of them.
 		var n, sum int64
 		if err := w.conn.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM `+table+` WHERE channel = ?`, ch.id).Scan(&n, &sum); err != nil {
 			return err

@@ -641,7 +641,7 @@ func TestCloseWhilePublishing(t *testing.T) {
 }
 
 // TestDeadLetterIgnoresTheLogsOwnBound: the dead-letter log's max_bytes
-// refuses nothing the move brings (configuration.md §1.7 open point,
+// refuses nothing the move brings (docs/configuration.md "`channels`" open point,
 // decided in rfcs/storage-sqlite.md); a refused move would leave exhausted
 // work live in the queue.
 func TestDeadLetterIgnoresTheLogsOwnBound(t *testing.T) {

@@ -21,7 +21,7 @@ const reliefMax = 8
 //     first, up to reliefMax. It never waits for company: the first is
 //     committed at once with whoever is already there.
 //   - A group is one relief transaction: it may use the reserve, like each
-//     of its writes alone (RFC 0004 §9 "The reserve"). Publishes never join
+//     of its writes alone (docs/configuration.md "`broker.storage`" "The reserve"). Publishes never join
 //     it, so no ordinary write ever eats the reserve.
 //   - Each caller is answered only after the transaction holding its write
 //     commits (invariant 18), and in-memory counters move only then.

@@ -81,7 +81,7 @@ func checkQueue(t *testing.T, q storage.QueueStore, sizes map[uint64]int64, want
 }
 
 // Relief writes queued together commit in one transaction, each answered
-// with its own result (storage.md §5 "Group commit"; rfcs/storage-sqlite.md).
+// with its own result (rfcs/storage-sqlite.md "Group commit"; rfcs/storage-sqlite.md).
 func TestReliefWritesShareOneTransaction(t *testing.T) {
 	p := openAt(t, newDB(t), nil)
 	q := mustQueue(t, p, "jobs")

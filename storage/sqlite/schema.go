@@ -9,11 +9,10 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads. Any
-// other version is refused by name: there is no in-place upgrade (RFC 0004
-// §5 "Open / close").
+// other version is refused by name: there is no in-place upgrade (rfcs/storage-sqlite.md "Open / close").
 const SchemaVersion = 20
 
-// schemaTables are the tables this build creates. RFC 0004 names eleven; the
+// schemaTables are the tables this build creates. rfcs/storage-sqlite.md and rfcs/storage-memory.md names eleven; the
 // session tables (sessions, session_inflight, share_groups, share_returned)
 // join this list, at this same version, when their stores are built —
 // before any release writes a database (latest_values and held_publishes
@@ -96,7 +95,7 @@ var schemaTables = []struct{ name, ddl string }{
 		PRIMARY KEY (channel, topic),
 		UNIQUE (channel, "offset")
 	) STRICT`},
-	// Unreleased QoS 2 publishes (RFC 0003 §2): no offset until the
+	// Unreleased QoS 2 publishes (rfcs/qos2-holds.md): no offset until the
 	// release, which inserts the record at the channel's next offset and
 	// deletes this row in one transaction. Keyed by the exchange.
 	{"held_publishes", `CREATE TABLE held_publishes (

@@ -9,7 +9,7 @@ import (
 
 // Statements are prepared once: on the write connection, and on the read
 // pool (database/sql keeps one prepared copy per pooled connection). They
-// are closed with the database (RFC 0004 §5 "Connections").
+// are closed with the database (rfcs/storage-sqlite.md "Connections").
 type stmtID int
 
 const (

@@ -31,7 +31,7 @@ var (
 )
 
 // Put stores rec as its topic's value at the store's next offset. It goes
-// through the group commit like Append (RFC 0004 §5: "latest replace" is a
+// through the group commit like Append (rfcs/storage-sqlite.md: "latest replace" is a
 // batched path) and returns only after its transaction commits (invariant
 // 18). The replaced row is deleted and the new one inserted in that same
 // transaction, with the counter row. Bounded by the page ceiling less the

@@ -21,7 +21,7 @@ import (
 // its goroutine, so transactions are serial, a deferred transaction never
 // loses a lock upgrade to a sibling, and the in-memory counters (next,
 // floor, bytes) have a single writer that advances them only after a commit
-// (RFC 0004 §2 "Counters can't fail").
+// (storage/storage.go "Counters can't fail").
 //
 // Two kinds of work reach it:
 //   - publishes (Append, Enqueue, value Put), collected into group commits: one
@@ -448,7 +448,7 @@ func (w *writer) insert(ctx context.Context, r *pubReq) error {
 		_, err := w.st[stInsertItem].ExecContext(ctx, args...)
 		return err
 	case kindLatest:
-		// Delete and insert, never INSERT OR REPLACE (RFC 0004 §5): the
+		// Delete and insert, never INSERT OR REPLACE (rfcs/storage-sqlite.md): the
 		// replaced value goes in the same transaction the new one comes in.
 		if _, err := w.st[stDeleteValue].ExecContext(ctx, r.ch.id, rec.Topic); err != nil {
 			return fmt.Errorf("remove the value it replaces: %w", err)
@@ -463,7 +463,7 @@ func (w *writer) insert(ctx context.Context, r *pubReq) error {
 // txn runs fn in one write transaction. relief transactions may use the
 // reserve: the page ceiling is raised inside them and restored on both the
 // commit and the rollback path, because a pragma is not undone by rollback
-// (RFC 0004 §9 "The reserve").
+// (docs/configuration.md "`broker.storage`" "The reserve").
 func (w *writer) txn(relief bool, fn func(ctx context.Context) error) (err error) {
 	return w.txnPublishing(relief, nil, fn, nil)
 }

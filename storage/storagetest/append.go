@@ -319,7 +319,7 @@ func ChannelMaxBytes(t *testing.T, open OpenFunc) {
 	if q.Next() != 3 || q.Depth() != 2 || q.Bytes() != 2*s {
 		t.Fatalf("after refusal: next %d, depth %d, bytes %d; want 3, 2, %d", q.Next(), q.Depth(), q.Bytes(), 2*s)
 	}
-	// Relief operations are not refused at the bound (RFC 0003 "At a size bound").
+	// Relief operations are not refused at the bound (docs/channels.md "`queue`").
 	if _, err := q.CountAttempt(1, Base); err != nil {
 		t.Fatalf("CountAttempt at the queue bound: %v", err)
 	}

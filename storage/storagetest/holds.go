@@ -10,8 +10,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// HoldCases are the conformance script for held QoS 2 publishes (RFC 0003
-// §2): a hold takes no offset and is invisible until released; a release
+// HoldCases are the conformance script for held QoS 2 publishes (rfcs/qos2-holds.md): a hold takes no offset and is invisible until released; a release
 // is one atomic write at the next offset; the channel's own bound may
 // refuse a release, the provider's may not.
 var HoldCases = []Case{

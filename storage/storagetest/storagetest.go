@@ -2,7 +2,7 @@
 // pass: one script drives a provider and compares every answer - offsets,
 // records field by field, counters, refusals below the floor, byte bounds,
 // positions, and the queue from enqueue to the dead-letter move - across
-// restarts (RFC 0004 §2 "Conformance test").
+// restarts (storage/storage.go "Conformance test").
 //
 // A provider's tests call Run, and Property for the model-based random
 // test, with a function that opens the provider on a directory:

@@ -15,7 +15,7 @@ import (
 	"saguin.dev/broker/topic"
 )
 
-// aclHeader names --acl's seven TSV columns (RFC 0005 §4).
+// aclHeader names --acl's seven TSV columns (docs/operations.md "The command line").
 const aclHeader = "# user\trole\tkind\tsubject\tverbs\trate\tbytes"
 
 // aclRequest is what the command line asked of --acl.
@@ -26,8 +26,8 @@ type aclRequest struct {
 	clientID   *string // nil: no client id asked about
 }
 
-// explainACL is --acl CONFIG [USER [CLIENT-ID]] [--json] (RFC 0002 §6,
-// RFC 0005 §4): what a client may do under the configuration's acl_file,
+// explainACL is --acl CONFIG [USER [CLIENT-ID]] [--json] (docs/operations.md "The command line",
+// docs/operations.md "The command line"): what a client may do under the configuration's acl_file,
 // read and checked as a start would, and nothing started. fs has parsed
 // the flags up to the first operand, configPath and asJSON being its
 // --acl and --json; the operands and any flags after them are read here.

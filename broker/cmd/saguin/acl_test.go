@@ -95,7 +95,7 @@ func asExit(err error, exit **exec.ExitError) bool {
 	return ok
 }
 
-// RFC 0005 §4: seven tab-separated columns: the patterns matched (the one
+// docs/operations.md "The command line": seven tab-separated columns: the patterns matched (the one
 // that applies, the ones it shadows), the client id's verdict, each grant
 // with %u and %c substituted, the publish figures on every row.
 func TestACLExplainsOneUserAsTSV(t *testing.T) {

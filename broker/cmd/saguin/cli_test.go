@@ -29,7 +29,7 @@ func writeFile(t *testing.T, dir, name, text string) string {
 	return path
 }
 
-// operations.md §4: --help prints the usage to stdout and exits 0 — it is
+// docs/operations.md "The command line": --help prints the usage to stdout and exits 0 — it is
 // what was asked for, not a mistake.
 func TestHelpPrintsUsageToStdoutAndExitsZero(t *testing.T) {
 	for _, arg := range []string{"--help", "-help", "-h"} {
@@ -48,7 +48,7 @@ func TestHelpPrintsUsageToStdoutAndExitsZero(t *testing.T) {
 	}
 }
 
-// operations.md §4: --version prints the name, the version and the revision
+// docs/operations.md "The command line": --version prints the name, the version and the revision
 // the binary was built from, and is checked before anything else.
 func TestVersionPrintsNameVersionAndRevision(t *testing.T) {
 	old := revision
@@ -98,7 +98,7 @@ func TestUnknownArgumentOrSubcommandIsRefusedWithUsage(t *testing.T) {
 	}
 }
 
-// operations.md §4: --check-config refuses --config alongside: the operator
+// docs/operations.md "The command line": --check-config refuses --config alongside: the operator
 // meant one or the other, and guessing which would either start a broker
 // they meant only to check, or not start one they meant to run.
 func TestCheckConfigWithConfigIsRefused(t *testing.T) {

@@ -37,7 +37,7 @@ import (
 )
 
 // version is this build's release version: no release has been made yet.
-// The build string is version+revision (operations.md §3.4).
+// The build string is version+revision (docs/operations.md "A start").
 const version = "0.1.0-dev"
 
 // revision is set by the Makefile (-ldflags -X main.revision=...).
@@ -158,7 +158,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return checkConfig(*checkPath, stdout, stderr)
 	}
 	if *cfgPath == "" {
-		// operations.md §4: a missing --config is a message and exit 1.
+		// docs/operations.md "The command line": a missing --config is a message and exit 1.
 		fmt.Fprintf(stderr, "saguin: --config FILE is required (the configuration is never read implicitly)\n%s\n", usageLine)
 		return 1
 	}
@@ -171,7 +171,7 @@ func load(path string) (*config.Config, error) {
 }
 
 // printInvalid writes a configuration's findings to stderr as
-// operations.md §3.2 says: "configuration is invalid:" and the findings.
+// docs/operations.md "Logs" says: "configuration is invalid:" and the findings.
 func printInvalid(stderr io.Writer, err error) {
 	fmt.Fprintf(stderr, "configuration is invalid: %v\n", err)
 	var fs *config.Findings
@@ -225,11 +225,11 @@ func serve(path string, stdout, stderr io.Writer) int {
 	level.Set(logLevel(cfg.Broker.LogLevel))
 	logger := newLogger(stdout, level)
 	// The substrate and any library that logs through the default logger
-	// land in the same stream (operations.md §3.2: one stream).
+	// land in the same stream (docs/operations.md "Logs": one stream).
 	slog.SetDefault(logger)
 	log := logger.With("broker", cfg.Broker.ID)
 
-	// operations.md §3.1: every handler is installed before anything is
+	// docs/operations.md "Signals": every handler is installed before anything is
 	// opened — before any listener serves and before the pid file — so a
 	// signal during start-up still ends through Close, and a HUP never
 	// takes the Go default (exit without a snapshot).
@@ -264,7 +264,7 @@ func serve(path string, stdout, stderr io.Writer) int {
 	for sig := range sigs {
 		switch sig {
 		case syscall.SIGHUP:
-			log.Warn("SIGHUP ignored: there is no configuration reload; SIGUSR1 re-reads broker.log_level, and a restart applies any other change")
+			log.Warn("SIGHUP ignored: there is no configuration reload; SIGUSR1 re-reads broker.log_level, the ws origins, the password files, the ACL and the TLS certificates, and a restart applies any other change")
 			continue
 		case syscall.SIGUSR1:
 			if cfg := rereadLogLevel(path, level, log); cfg != nil {
@@ -288,7 +288,7 @@ func serve(path string, stdout, stderr io.Writer) int {
 // are counted (--check-config shows them all).
 const maxReloadFindings = 20
 
-// rereadLogLevel is SIGUSR1 (operations.md §3.1 item 1): the configuration
+// rereadLogLevel is SIGUSR1 (docs/operations.md "Signals" item 1): the configuration
 // file is read again for broker.log_level alone. A file that no longer
 // loads changes nothing — its findings are logged and the broker runs on
 // at the level it had. The change is announced at the stricter of the two
@@ -354,7 +354,7 @@ func buildRevision() string {
 	return "devel"
 }
 
-// buildString is the version and the revision (operations.md §3.4:
+// buildString is the version and the revision (docs/operations.md "A start":
 // version+revision, -dirty when built from a modified tree).
 func buildString() string {
 	s := version + "+" + buildRevision()
@@ -368,8 +368,7 @@ func buildString() string {
 	return s
 }
 
-// parseInterleaved parses flags that may follow operands (operations.md
-// §4: "operands may precede later flags"): the flag package stops at the
+// parseInterleaved parses flags that may follow operands (docs/operations.md "The command line": "operands may precede later flags"): the flag package stops at the
 // first operand, so the rest is parsed again after it. "--" ends the
 // flags; everything after it is an operand.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {

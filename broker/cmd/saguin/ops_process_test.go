@@ -36,10 +36,10 @@ func opsStatus(t *testing.T, addr, path, user, password string) int {
 
 var opsAddress = regexp.MustCompile(`address=(\S+)`)
 
-// RFC 0005 §1.2, spec §3.4 step 7: the binary says, for each operations
+// docs/operations.md "The routes", docs/operations.md "A start": the binary says, for each operations
 // door, "operations listening" with its address, the paths it serves, the
 // min_scrape_interval and how /metrics is authenticated there. SIGUSR1
-// re-reads the operator password file (RFC 0005 §1.4): a password changed
+// re-reads the operator password file (docs/operations.md "Who the caller is"): a password changed
 // with saguin --passwd applies from then on, the old one no longer does;
 // a file broken since changes nothing.
 func TestOperationsListeningLineAndSIGUSR1RereadsTheOperators(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"saguin.dev/broker/passwd"
 )
 
-// passwdUsageLine is saguin --passwd's usage (RFC 0002 §1.10, RFC 0005 §1.3).
+// passwdUsageLine is saguin --passwd's usage (docs/configuration.md "Password files and `saguin --passwd`", docs/operations.md "Operators").
 const passwdUsageLine = "usage: saguin --passwd list FILE | add FILE USER [PASSWORD] | delete FILE USER | scope FILE USER ROUTES|all"
 
 // runPasswd is saguin --passwd: list, add, delete or scope one user of a

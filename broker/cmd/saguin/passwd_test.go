@@ -49,7 +49,7 @@ func mustPasswd(t *testing.T, in io.Reader, args ...string) string {
 	return out
 }
 
-// RFC 0002 §1.10: a file saguin --passwd add writes is a file the real
+// docs/configuration.md "Password files and `saguin --passwd`": a file saguin --passwd add writes is a file the real
 // mosquitto serves — the right password admitted by mosquitto_pub, a wrong
 // one refused — and one mosquitto_passwd can then change and delete in,
 // after which Sagüin reads what it wrote.
@@ -99,7 +99,7 @@ func TestPasswdFileIsMosquittosFile(t *testing.T) {
 	}
 }
 
-// RFC 0002 §1.10, RFC 0005 §1.3: each word of --passwd through the binary,
+// docs/configuration.md "Password files and `saguin --passwd`", docs/operations.md "Operators": each word of --passwd through the binary,
 // with what it prints and its exit code.
 func TestPasswdCommandsEndToEnd(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "operators")

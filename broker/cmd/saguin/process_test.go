@@ -77,7 +77,7 @@ func replayAll(t *testing.T, addr string, n int) []string {
 	return got
 }
 
-// invariant 14, operations.md §3.1: SIGHUP is caught and changes nothing —
+// invariant 14, docs/operations.md "Signals": SIGHUP is caught and changes nothing —
 // there is no configuration reload. An unhandled HUP (the Go default) ends
 // the process without its shutdown, so a memory provider writes no snapshot
 // and every record acknowledged since the start is gone at the next one:
@@ -114,7 +114,7 @@ func TestInvariant14_SIGHUPKeepsTheBrokerAndEveryAcknowledgedRecord(t *testing.T
 	}
 }
 
-// operations.md §3.1: SIGUSR1 re-reads broker.log_level from the
+// docs/operations.md "Signals": SIGUSR1 re-reads broker.log_level from the
 // configuration file and says what it was and is now; a file that no longer
 // loads changes nothing and stops nothing.
 func TestSIGUSR1RereadsTheLogLevelAndSurvivesABadFile(t *testing.T) {
@@ -153,7 +153,7 @@ func TestSIGUSR1RereadsTheLogLevelAndSurvivesABadFile(t *testing.T) {
 	t.Logf("SIGUSR1 lines:\n%s\n%s\n%s", lineWith(proc.Output(), "now=debug"), lineWith(proc.Output(), "has findings"), lineWith(proc.Output(), "value=verbose"))
 }
 
-// operations.md §3.3: broker.pid_file is written once the listeners are
+// docs/operations.md "The pid file": broker.pid_file is written once the listeners are
 // bound (so whoever reads it can connect), holds the broker's pid, mode
 // 0644, is logged, and is removed by the clean shutdown.
 func TestPIDFileIsWrittenAfterBindingAndRemovedOnShutdown(t *testing.T) {
@@ -196,7 +196,7 @@ func TestPIDFileIsWrittenAfterBindingAndRemovedOnShutdown(t *testing.T) {
 	}
 }
 
-// operations.md §3.3: a pid file that cannot be written stops the start
+// docs/operations.md "The pid file": a pid file that cannot be written stops the start
 // with exit 1 and an error naming it — a supervisor that waits for it
 // would otherwise wait forever for a broker that runs.
 func TestUnwritablePIDFileExitsOneNamingIt(t *testing.T) {

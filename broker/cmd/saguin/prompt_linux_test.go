@@ -150,7 +150,7 @@ func (term *onTerminal) echoOn() bool {
 	return tio.Lflag&unix.ECHO != 0
 }
 
-// RFC 0002 §1.10: with no password on the command line and a terminal on
+// docs/configuration.md "Password files and `saguin --passwd`": with no password on the command line and a terminal on
 // stdin, add asks twice with echo off: what is typed never shows on the
 // terminal, and the stored hash verifies it. Echo is on again afterwards.
 func TestPasswdPromptsTwiceWithEchoOff(t *testing.T) {

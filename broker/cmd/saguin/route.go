@@ -10,7 +10,7 @@ import (
 	"saguin.dev/broker"
 )
 
-// routeHeader names the four columns of saguin --route (RFC 0002 §6).
+// routeHeader names the four columns of saguin --route (docs/operations.md "The command line").
 const routeHeader = "# topic-or-filter\tchannel\ttype\twhy"
 
 // maxRouteLine bounds one line of the list read from stdin: a topic is at

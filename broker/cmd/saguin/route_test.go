@@ -45,7 +45,7 @@ func routeRows(t *testing.T, args ...string) []string {
 	return strings.Split(strings.TrimRight(out, "\n"), "\n")
 }
 
-// RFC 0002 §6: a topic's row names the channel that holds it and the
+// docs/operations.md "The command line": a topic's row names the channel that holds it and the
 // filter that claims it (the most exact), or broadcast; a filter's rows say
 // how each channel it reaches serves it.
 func TestRouteExplainsTopicsAndFilters(t *testing.T) {
@@ -161,7 +161,7 @@ func TestRouteReadsAListFromStdinAndWritesJSON(t *testing.T) {
 	if row["topic_or_filter"] != "nowhere/x" || row["channel"] != nil || row["type"] != "broadcast" || row["why"] != nil {
 		t.Errorf("--json row = %v", row)
 	}
-	// A flag after the operand is still a flag (operations.md §4).
+	// A flag after the operand is still a flag (docs/operations.md "The command line").
 	lines = routeRows(t, "iot/a/events/x", "--json")
 	if len(lines) != 1 || !strings.Contains(lines[0], `"channel":"events"`) {
 		t.Errorf("--route FILE TOPIC --json: %q", lines)

@@ -9,7 +9,7 @@ import (
 )
 
 // ProxyHeaderWithin is how long after its accept a connection has to send
-// its whole PROXY header (RFC 0002 §1.3: fixed), unless the connect
+// its whole PROXY header (docs/configuration.md "`broker.mqtt`": fixed), unless the connect
 // deadline comes sooner.
 const ProxyHeaderWithin = 5 * time.Second
 

@@ -1,7 +1,7 @@
 // Package door is what stands between an accepted socket and the bytes of
 // the protocol served on it: a PROXY protocol v2 header (unix doors behind
 // a proxy), TLS with optional client certificates, and the HTTP upgrade and
-// framing of a WebSocket door (RFC 0002 §1.3, rfcs/doors.md).
+// framing of a WebSocket door (docs/configuration.md "`broker.mqtt`", rfcs/doors.md).
 //
 // It knows nothing of MQTT beyond the WebSocket subprotocol name it is
 // given, so the operations listener can reuse the TLS certificates, their

@@ -12,7 +12,7 @@ import (
 
 // The PROXY protocol, version 2 (the binary header a proxy such as HAProxy
 // sends before the client's bytes): what a unix door with proxy_protocol
-// reads (RFC 0002 §1.3). Only version 2 is read: version 1 is text and
+// reads (docs/configuration.md "`broker.mqtt`"). Only version 2 is read: version 1 is text and
 // carries no certificate.
 
 // MaxProxyHeader bounds the part of a header after its 16 fixed bytes (its
@@ -72,7 +72,7 @@ func (s *ProxySSL) Presented() bool {
 }
 
 // Verified reports whether the proxy verified the certificate the client
-// presented: only then is its CN believed (RFC 0002 §1.3).
+// presented: only then is its CN believed (docs/configuration.md "`broker.mqtt`").
 func (s *ProxySSL) Verified() bool { return s.Presented() && s.Verify == 0 }
 
 // ReadProxyHeader reads one version 2 header from r and nothing after it.

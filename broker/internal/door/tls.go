@@ -51,7 +51,7 @@ type Held struct {
 	ClientCertificates string
 }
 
-// LoadCertificates reads a door's tls block's files (RFC 0002 §1.3): an
+// LoadCertificates reads a door's tls block's files (docs/configuration.md "`broker.mqtt`"): an
 // error names the door and the file at fault.
 func LoadCertificates(doorID string, files config.TLS) (*Certificates, error) {
 	c := &Certificates{door: doorID, files: files}
@@ -70,7 +70,7 @@ func (c *Certificates) Door() string { return c.door }
 func (c *Certificates) Files() config.TLS { return c.files }
 
 // Load reads the door's files again without serving them: a reload's
-// first half (RFC 0005 §3.1 item 4: all doors are read before any is
+// first half (docs/operations.md "Signals" item 4: all doors are read before any is
 // changed).
 func (c *Certificates) Load() (*Loaded, error) {
 	certPEM, err := readPEM(c.files.CertFile)
@@ -103,7 +103,7 @@ func (c *Certificates) Load() (*Loaded, error) {
 		if err != nil {
 			return nil, c.fileError("client_ca_file", c.files.ClientCAFile, err)
 		}
-		// RFC 0002 §1.11: with a client CA, a certificate is asked for;
+		// docs/security.md "1. Certificates": with a client CA, a certificate is asked for;
 		// required unless require_certificate is false, and verified when
 		// given either way. The verification is ours (VerifyConnection),
 		// so that the chain's length is bounded before it is verified.
@@ -209,8 +209,7 @@ func certPool(data []byte) (*x509.CertPool, int, error) {
 // verifyClientChain verifies a client's certificate against roots, as
 // crypto/tls would with RequireAndVerifyClientCert, after checking the
 // chain's length (MaxClientChain). No certificate passes: whether one is
-// required is the ClientAuth's to say. No revocation is checked (RFC 0002
-// §1.11).
+// required is the ClientAuth's to say. No revocation is checked (docs/security.md "1. Certificates").
 func verifyClientChain(roots *x509.CertPool) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		certs := cs.PeerCertificates
@@ -231,8 +230,7 @@ func verifyClientChain(roots *x509.CertPool) func(tls.ConnectionState) error {
 	}
 }
 
-// CertificateName is the name a client certificate gives (RFC 0002
-// §1.11): its Common Name, else its first DNS name; "" names nobody. It is
+// CertificateName is the name a client certificate gives (docs/security.md "1. Certificates"): its Common Name, else its first DNS name; "" names nobody. It is
 // returned as presented: refusing control characters is the caller's.
 func CertificateName(c *x509.Certificate) string {
 	if c.Subject.CommonName != "" {

@@ -27,7 +27,7 @@ const upgradeReadBuffer = 1 << 10
 const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 // WebSocket is a ws door's upgrade: the subprotocol it selects and the
-// page origins it admits (RFC 0002 §1.3). The origins are replaced whole
+// page origins it admits (docs/configuration.md "`broker.mqtt`"). The origins are replaced whole
 // while the door serves (SetOrigins: SIGUSR1); an upgrade reads them once.
 type WebSocket struct {
 	// Subprotocol is the one the client must offer and is answered with
@@ -118,7 +118,7 @@ func (w *WebSocket) upgrade(conn net.Conn, secure bool) (*wsConn, error) {
 	return ws, nil
 }
 
-// check judges an upgrade request (RFC 6455 §4.2.1, RFC 0002 §1.3): its
+// check judges an upgrade request (RFC 6455 §4.2.1, docs/configuration.md "`broker.mqtt`"): its
 // Sec-WebSocket-Key, or why it is refused.
 func (w *WebSocket) check(req *http.Request, secure bool) (string, *UpgradeRefusal) {
 	refuse := func(status int, format string, a ...any) (string, *UpgradeRefusal) {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The origin rules of RFC 0002 §1.3, case by case.
+// The origin rules of docs/configuration.md "`broker.mqtt`", case by case.
 func TestWebSocketOrigins(t *testing.T) {
 	for _, c := range []struct {
 		o      Origins

@@ -1,4 +1,4 @@
-// Package logging is the broker's one log stream (operations.md §3.2):
+// Package logging is the broker's one log stream (docs/operations.md "Logs"):
 // log/slog's text handler, key=value lines, with every value bounded so
 // that nothing a client sends can make a line long — a topic, a client
 // identifier, a payload or a whole packet handed to the logger by mistake.

@@ -32,8 +32,8 @@ const (
 // Refusal is one refusal the broker gave a client, to be counted and, unless
 // the client's refusals of that kind are being held back, logged.
 type Refusal struct {
-	// Level is the line's level: warn for refusals (operations.md §3.2),
-	// debug for publish-rate refusals (configuration.md §3.3).
+	// Level is the line's level: warn for refusals (docs/operations.md "Logs"),
+	// debug for publish-rate refusals (docs/channels.md "What a publish is answered").
 	Level slog.Level
 	// Client is the client's identifier (or, before CONNECT, its remote
 	// address).
@@ -55,7 +55,7 @@ type Refusal struct {
 	Args []any
 
 	// What the operations listener's record of refused clients keeps
-	// (RFC 0005 §1.5, through RefusalLog.Observe). ClientID is the client
+	// (docs/operations.md "The routes", through RefusalLog.Observe). ClientID is the client
 	// identifier the connection's CONNECT gave ("" before one was read:
 	// Client is then a remote host); User the user name the client gave or
 	// was known by ("" none, or not known); Ends says the refusal ended

@@ -1,5 +1,4 @@
-// Package metrics is Sagüin's metric catalogue and its exposition (RFC 0005
-// §1.2, §1.6, §2): the one place every family is named with its type,
+// Package metrics is Sagüin's metric catalogue and its exposition (docs/operations.md "The routes"; docs/operations.md "Metrics"): the one place every family is named with its type,
 // labels and help text, the collector that turns a Snapshot of the
 // broker's numbers into those families through prometheus/client_golang,
 // and the handler that serves them, recomputed at most once per
@@ -8,7 +7,7 @@
 package metrics
 
 // Kind is a family's Prometheus type. The catalogue has counters and
-// gauges only: no histogram or timer is kept on a hot path (RFC 0005 §2.9).
+// gauges only: no histogram or timer is kept on a hot path (docs/operations.md "Metrics", "Not there, on purpose").
 type Kind int
 
 const (
@@ -48,7 +47,7 @@ const (
 // publishes no channel claims.
 const broadcastChannel = "broadcast"
 
-// Catalogue is the closed catalogue (RFC 0005 §2), in its order. The
+// Catalogue is the closed catalogue (docs/operations.md "Metrics"), in its order. The
 // saguin_bridge_* families (§2.7) are not here: they arrive with the
 // bridge, which this build does not have, and a family with nothing behind
 // it would only ever read zero.
@@ -68,7 +67,7 @@ func one(name string, kind Kind, help string, value func(s *Snapshot) float64) F
 	}}
 }
 
-// brokerFamilies: RFC 0005 §2.1.
+// brokerFamilies: docs/operations.md "Metrics", "The broker".
 func brokerFamilies() []Family {
 	return []Family{
 		{Name: "saguin_build_info", Kind: Gauge, Labels: []string{"version", "broker_id"},
@@ -129,7 +128,7 @@ func brokerFamilies() []Family {
 	}
 }
 
-// wireFamilies: RFC 0005 §2.2, the whole broker over every MQTT door.
+// wireFamilies: docs/operations.md "Metrics", "The wire", the whole broker over every MQTT door.
 func wireFamilies() []Family {
 	return []Family{
 		one("saguin_bytes_received_total", Counter, "Bytes read from MQTT connections.",
@@ -162,7 +161,7 @@ func reasons(list func(s *Snapshot) []ReasonCount) func(*Snapshot, func(float64,
 	}
 }
 
-// deliveryFamilies: RFC 0005 §2.3.
+// deliveryFamilies: docs/operations.md "Metrics", "Publishing and delivery".
 func deliveryFamilies() []Family {
 	return []Family{
 		{Name: "saguin_published_total", Kind: Counter, Labels: []string{labelChannel},
@@ -236,7 +235,7 @@ func isOneOf(t string, types []string) bool {
 
 func always(v float64) (float64, bool) { return v, true }
 
-// channelFamilies: RFC 0005 §2.4. A family shows only the channels that
+// channelFamilies: docs/operations.md "Metrics", "Channels". A family shows only the channels that
 // have its number.
 func channelFamilies() []Family {
 	return []Family{
@@ -270,7 +269,7 @@ func channelFamilies() []Family {
 	}
 }
 
-// queueFamilies: RFC 0005 §2.5.
+// queueFamilies: docs/operations.md "Metrics", "Queues".
 func queueFamilies() []Family {
 	q := func(name string, kind Kind, help string, value func(q *QueueFigures) float64) Family {
 		return perChannel(name, kind, help, func(ch *ChannelFigures) (float64, bool) {
@@ -299,7 +298,7 @@ func queueFamilies() []Family {
 	}
 }
 
-// storageFamilies: RFC 0005 §2.6.
+// storageFamilies: docs/operations.md "Metrics", "Storage".
 func storageFamilies() []Family {
 	per := func(name string, kind Kind, help string, value func(p *ProviderFigures) (float64, bool)) Family {
 		return Family{Name: name, Kind: kind, Labels: []string{labelProvider}, Help: help,
@@ -354,7 +353,7 @@ func storageFamilies() []Family {
 	}
 }
 
-// runtimeFamilies: RFC 0005 §2.8, from runtime/metrics (runtime.go).
+// runtimeFamilies: docs/operations.md "Metrics", "The Go runtime", from runtime/metrics (runtime.go).
 func runtimeFamilies() []Family {
 	r := func(name string, kind Kind, help string, value func(r *RuntimeFigures) float64) Family {
 		return one(name, kind, help, func(s *Snapshot) float64 { return value(&s.Runtime) })

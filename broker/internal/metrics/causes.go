@@ -2,7 +2,7 @@ package metrics
 
 import "strconv"
 
-// The closed label sets (RFC 0005 §2): every value a cause or closed_by
+// The closed label sets (docs/operations.md "Metrics"): every value a cause or closed_by
 // label can take is one of these, so a family's series are bounded by
 // the code, never by what clients send.
 

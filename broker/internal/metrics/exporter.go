@@ -15,7 +15,7 @@ import (
 
 // Source is what the exporter asks for the broker's numbers: it fills s,
 // copying each number under the lock that guards it and formatting
-// nothing (RFC 0005 §1.6). Defined here, by its consumer; the broker
+// nothing (docs/operations.md "Metrics"). Defined here, by its consumer; the broker
 // implements it.
 type Source interface {
 	MetricsSnapshot(s *Snapshot)
@@ -27,7 +27,7 @@ const MinInterval = 60 * time.Second
 
 // Exporter serves the catalogue. It recomputes at most once per interval
 // on the given clock: a scrape sooner is answered from the previous
-// result, the same bytes, never refused (RFC 0005 §1.6). Nothing runs
+// result, the same bytes, never refused (docs/operations.md "Metrics"). Nothing runs
 // between scrapes: no timer, no $SYS tree.
 type Exporter struct {
 	source   Source
@@ -100,7 +100,7 @@ func (e *Exporter) Handler() http.Handler {
 }
 
 // plainText sets the Content-Type to exactly textFormat as the answer's
-// header is written (RFC 0005 §1.2).
+// header is written (docs/operations.md "The routes").
 type plainText struct {
 	http.ResponseWriter
 	wrote bool

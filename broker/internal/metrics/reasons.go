@@ -2,7 +2,7 @@ package metrics
 
 import "fmt"
 
-// The reason label of the refusal counters (RFC 0005 §2.3) is the name MQTT
+// The reason label of the refusal counters (docs/operations.md "Metrics", "Publishing and delivery") is the name MQTT
 // 5 gives the reason code answered, in lower case, plus a few of Sagüin's
 // own where one code covers refusals an operator tells apart. A code has
 // one byte, so the label has at most 256 values plus these.

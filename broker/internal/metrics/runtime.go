@@ -5,7 +5,7 @@ import (
 )
 
 // runtimeSamples is the exporter's reusable runtime/metrics buffer: the
-// names the Go families read (RFC 0005 §2.8), read at the recompute only,
+// names the Go families read (docs/operations.md "Metrics", "The Go runtime"), read at the recompute only,
 // never through runtime.ReadMemStats, which stops the world.
 type runtimeSamples [10]rtmetrics.Sample
 

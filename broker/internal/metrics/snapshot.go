@@ -1,7 +1,7 @@
 package metrics
 
 // Snapshot is every number the catalogue shows, copied out of the broker
-// at one recompute (RFC 0005 §1.6: copied under the broker's locks,
+// at one recompute (docs/operations.md "Metrics": copied under the broker's locks,
 // formatted outside them). The broker fills it through Source; the Go
 // runtime's figures are read here (runtime.go). Counters are since the
 // process started; gauges are as the broker holds them now.
@@ -15,7 +15,7 @@ type Snapshot struct {
 	Runtime   RuntimeFigures
 }
 
-// BrokerFigures are the broker's own figures (RFC 0005 §2.1).
+// BrokerFigures are the broker's own figures (docs/operations.md "Metrics", "The broker").
 type BrokerFigures struct {
 	Version  string
 	BrokerID string
@@ -44,14 +44,14 @@ type BrokerFigures struct {
 	MaxSessionExpirySeconds        float64
 }
 
-// WireFigures are the whole broker's traffic (RFC 0005 §2.2).
+// WireFigures are the whole broker's traffic (docs/operations.md "Metrics", "The wire").
 type WireFigures struct {
 	BytesReceived, BytesSent          uint64
 	PublishesReceived, DeliveriesSent uint64
 	DeliveriesRefused                 uint64
 }
 
-// DeliveryFigures are what broadcast delivery did (RFC 0005 §2.3).
+// DeliveryFigures are what broadcast delivery did (docs/operations.md "Metrics", "Publishing and delivery").
 type DeliveryFigures struct {
 	BroadcastPublished       uint64
 	BroadcastUnmatched       uint64
@@ -63,7 +63,7 @@ type DeliveryFigures struct {
 	SessionDeliveriesDropped [sessionDeliveryDropCauses]uint64 // by SessionDeliveryDropCause
 }
 
-// RefusalFigures are the refusals by reason (RFC 0005 §2.3). A reason is
+// RefusalFigures are the refusals by reason (docs/operations.md "Metrics", "Publishing and delivery"). A reason is
 // a name of the closed vocabulary (CodeName, and the few extras the broker
 // adds); a reason listed twice is summed.
 type RefusalFigures struct {
@@ -85,8 +85,7 @@ const (
 	TypeQueue  = "queue"
 )
 
-// ChannelFigures are one configured channel's figures (RFC 0005 §2.4,
-// §2.5). Which of them become series depends on Type: a figure a channel
+// ChannelFigures are one configured channel's figures (docs/operations.md "Metrics", "Channels"; docs/operations.md "Metrics", "Queues"). Which of them become series depends on Type: a figure a channel
 // of that type does not have is left out, not shown as zero.
 type ChannelFigures struct {
 	Name     string
@@ -116,7 +115,7 @@ type ChannelFigures struct {
 	Queue        QueueFigures
 }
 
-// QueueFigures are a queue channel's figures (RFC 0005 §2.5).
+// QueueFigures are a queue channel's figures (docs/operations.md "Metrics", "Queues").
 type QueueFigures struct {
 	Depth, Inflight int64
 	Delivered       uint64
@@ -128,7 +127,7 @@ type QueueFigures struct {
 	RetainIgnored   uint64
 }
 
-// ProviderFigures are one storage provider's figures (RFC 0005 §2.6).
+// ProviderFigures are one storage provider's figures (docs/operations.md "Metrics", "Storage").
 type ProviderFigures struct {
 	Name     string
 	Type     string // "memory" or "sqlite"
@@ -147,7 +146,7 @@ type CommitFigures struct {
 }
 
 // RuntimeFigures are the Go runtime's, read with runtime/metrics at the
-// recompute (RFC 0005 §2.8).
+// recompute (docs/operations.md "Metrics", "The Go runtime").
 type RuntimeFigures struct {
 	HeapLiveBytes, HeapGoalBytes     float64
 	GCCycles                         float64

@@ -1,7 +1,7 @@
 // Package mosquittotest runs Debian's Eclipse Mosquitto tools in tests:
 // the mosquitto broker on a password file, mosquitto_pub to log in to it,
 // and mosquitto_passwd to write files. Sagüin's password files must be
-// files these tools read and write (RFC 0002 §1.10), so the tests that
+// files these tools read and write (docs/configuration.md "Password files and `saguin --passwd`"), so the tests that
 // say so run the real tools.
 package mosquittotest
 

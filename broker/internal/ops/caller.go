@@ -11,7 +11,7 @@ import (
 )
 
 // PrincipalHeader is the header a reverse proxy in front of a unix door
-// names its verified caller with (RFC 0005 §1.4). It is read on unix doors
+// names its verified caller with (docs/operations.md "Who the caller is"). It is read on unix doors
 // only: on tcp anyone could write it.
 const PrincipalHeader = "X-Saguin-Principal"
 
@@ -64,8 +64,7 @@ const (
 	refuseScope         = "beyond scope"
 )
 
-// authorize decides who the caller is and what it may reach (RFC 0005
-// §1.4), in this order, the first source present deciding:
+// authorize decides who the caller is and what it may reach (docs/operations.md "Who the caller is"), in this order, the first source present deciding:
 //
 //  1. an HTTP Basic credential, checked against the door's operator file;
 //     one that fails ends the evaluation (401), whatever else the
@@ -142,7 +141,7 @@ func callerName(d *door, r *http.Request, peer doorpkg.Peer) (name, from string,
 		return peer.Proxy.SSL.CN, "proxy", true, nil
 	}
 	if d.cfg.Kind != "unix" {
-		return "", "", false, nil // RFC 0005 §1.4: the header is ignored on tcp
+		return "", "", false, nil // docs/operations.md "Who the caller is": the header is ignored on tcp
 	}
 	values := r.Header.Values(PrincipalHeader)
 	switch {

@@ -13,12 +13,11 @@ import (
 	"saguin.dev/broker/config"
 )
 
-// Sections are the names /v1/operations/config?section= takes (RFC 0005
-// §1.5), in the order the whole document writes them.
+// Sections are the names /v1/operations/config?section= takes (docs/operations.md "The routes"), in the order the whole document writes them.
 var Sections = []string{"bridges", "channels", "limits", "listeners", "operations", "providers", "storage"}
 
 // configDocument is the resolved configuration, rendered once at start
-// (RFC 0005 §1.5): what the loader resolved — every !include read,
+// (docs/operations.md "The routes"): what the loader resolved — every !include read,
 // every default filled — not the file as written, so an edit made since
 // is not shown. Only paths to credential files are in it, never their
 // contents: the configuration holds nothing else.
@@ -224,7 +223,7 @@ func listenersDoc(b config.Broker) map[string]any {
 
 func operationsDoc(o *config.Operations) map[string]any {
 	if o == nil {
-		return map[string]any{} // RFC 0005 §1.5: an unused section is an empty object
+		return map[string]any{} // docs/operations.md "The routes": an unused section is an empty object
 	}
 	return map[string]any{
 		"password_file":       path(o.PasswordFile),

@@ -1,4 +1,4 @@
-// Package ops is the operations listener (RFC 0005 §1): /health,
+// Package ops is the operations listener (docs/operations.md "The operations listener"): /health,
 // /metrics and the read-only /v1/operations/ routes, served over HTTP on
 // the doors of broker.operations — tcp (optionally TLS, with client
 // certificates) and unix (optionally behind a proxy sending a PROXY v2

@@ -46,7 +46,7 @@ func (s *Server) handler(d *door) http.Handler {
 func (s *Server) route(d *door, w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	if p == "/health" {
-		// RFC 0005 §1.2: never authenticated.
+		// docs/operations.md "The routes": never authenticated.
 		if allowed(w, r, getAndHead) {
 			s.health(w)
 		}
@@ -160,7 +160,7 @@ func (s *Server) acl(w http.ResponseWriter, r *http.Request) {
 }
 
 // config is /v1/operations/config[?section=…]: the document rendered at
-// start, narrowed to the sections named (RFC 0005 §1.5).
+// start, narrowed to the sections named (docs/operations.md "The routes").
 func (s *Server) config(w http.ResponseWriter, r *http.Request) {
 	body, err := s.doc.render(r.URL.Query()["section"])
 	if err != nil {

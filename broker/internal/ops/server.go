@@ -36,7 +36,7 @@ const (
 )
 
 // healthWithin is how long /health waits to enter the publish path
-// before answering 503 (RFC 0005 §1.2: fixed, not configurable).
+// before answering 503 (docs/operations.md "The routes": fixed, not configurable).
 const healthWithin = 500 * time.Millisecond
 
 // Paths is how the listening line names what the listener serves.
@@ -93,7 +93,7 @@ type Options struct {
 // New prepares the listener of cfg.Broker.Operations (nil: none, and New
 // returns nil): each TLS door's files read and the configuration document
 // rendered, before anything opens — a door that cannot be served, or a
-// document that cannot be built, stops the start (RFC 0005 §1.1, §1.5).
+// document that cannot be built, stops the start (docs/configuration.md "`broker.operations`"; docs/operations.md "The routes").
 func New(cfg *config.Config, o Options) (*Server, error) {
 	oc := cfg.Broker.Operations
 	if oc == nil {

@@ -8,7 +8,7 @@ import (
 	"saguin.dev/broker/passwd"
 )
 
-// MaxRows is how many rows a /v1 list returns at most (RFC 0005 §1.2:
+// MaxRows is how many rows a /v1 list returns at most (docs/operations.md "The routes":
 // every list worst-first, capped at 100, beside how many exist).
 const MaxRows = 100
 
@@ -16,7 +16,7 @@ const MaxRows = 100
 // consumes, each method answering one route from what the broker already
 // holds. A method copies what it needs under the broker's locks and
 // returns plain values; the listener formats them with no lock held
-// (RFC 0005 §1.6: a scrape holding the lock would make /health flap).
+// (docs/operations.md "Metrics": a scrape holding the lock would make /health flap).
 type Source interface {
 	// MetricsHandler serves /metrics (the Prometheus text exposition).
 	MetricsHandler() http.Handler

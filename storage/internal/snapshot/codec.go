@@ -138,8 +138,8 @@ func (d *Decoder) End() error {
 
 // take consumes n bytes. n is unsigned and compared as 64 bits: a length
 // read from a file is four unsigned bytes, and converted to a 32-bit int one
-// past 2^31 turns negative (RFC 0001: a file one build writes, every build
-// reads the same way).
+// past 2^31 turns negative (docs/operations.md "32-bit devices": a file one build writes,
+// every build reads the same way).
 func (d *Decoder) take(n uint64, what string) []byte {
 	if d.err != nil {
 		return nil
@@ -282,7 +282,7 @@ func (d *Decoder) Position() storage.Position {
 }
 
 // MinHeldSize is the smallest encoded hold: client, packet id, held-at and
-// a record without its offset's meaning (RFC 0004 §4: "holds (client,
+// a record without its offset's meaning (rfcs/storage-memory.md: "holds (client,
 // packet id, held-at, record without offset)").
 const MinHeldSize = 4 + 4 + 8 + MinRecordSize
 

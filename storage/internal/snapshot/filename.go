@@ -8,7 +8,7 @@ const ChannelExt = ".snapshot"
 // FileName is the file a channel's snapshot is written to: the name
 // percent-encoded outside [A-Za-z0-9_-], so a dot is always encoded (no
 // "." or "..", and no name can look like a temporary file) and '%' itself
-// too, which makes the mapping one-to-one (RFC 0004 §4 "Files").
+// too, which makes the mapping one-to-one (rfcs/storage-memory.md "Files").
 func FileName(channel string) string {
 	const hex = "0123456789ABCDEF"
 	var b strings.Builder

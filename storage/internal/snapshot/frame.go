@@ -1,4 +1,4 @@
-// Package snapshot is the snapshot file format (RFC 0004 §4): the fixed
+// Package snapshot is the snapshot file format (rfcs/storage-memory.md): the fixed
 // header every snapshot file starts with, the CRC32C trailer, and a
 // hand-written little-endian encoding of the values inside. It is
 // hand-written rather than gob or JSON because those silently zero-fill a
@@ -25,7 +25,7 @@ import (
 )
 
 // Version is the only format this build writes and reads. There is no
-// converter: a different version is refused by name (RFC 0004 §4).
+// converter: a different version is refused by name (rfcs/storage-memory.md).
 const Version uint32 = 21
 
 // Kind says what a snapshot file holds. 4 and 5 are retired and never reused.
@@ -96,7 +96,7 @@ func NewFile(kind Kind, writer string, at time.Time, sizeHint int64) *Encoder {
 	e.Uint32(Version)
 	e.Uint8(uint8(kind))
 	var w [writerLen]byte
-	copy(w[:], writer) // truncated if longer (RFC 0004 §4)
+	copy(w[:], writer) // truncated if longer (rfcs/storage-memory.md)
 	e.b = append(e.b, w[:]...)
 	e.Time(at)
 	return e
@@ -109,7 +109,7 @@ func (e *Encoder) Finish() []byte {
 
 // Parse checks a whole file read into memory and returns its header and
 // body. The checksum is checked before the version, so damage is never
-// misreported as a version (RFC 0004 §4).
+// misreported as a version (rfcs/storage-memory.md).
 func Parse(data []byte) (Header, []byte, error) {
 	if len(data) < HeaderLen+trailerLen {
 		return Header{}, nil, fmt.Errorf("%w: %d bytes is shorter than a header and checksum (%d)",
@@ -135,7 +135,7 @@ func Parse(data []byte) (Header, []byte, error) {
 }
 
 // UnixNano is how every time is stored: the zero time as 0, so a record
-// without a timestamp never reads back as a date in 1754 (RFC 0004 §3).
+// without a timestamp never reads back as a date in 1754 (docs/operations.md "Storage files").
 func UnixNano(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
