@@ -229,6 +229,6 @@ func (b *Broker) panicIfNamed(pk packets.Packet) {
 		}
 	}
 	if named {
-		panic("fault injection (panic-on-packet): handling a " + packetName(pk.FixedHeader.Type) + " naming " + b.panicTopic)
+		panic("fault injection (panic-on-packet): handling a " + wire.PacketName(pk.FixedHeader.Type) + " naming " + b.panicTopic)
 	}
 }
