@@ -654,11 +654,6 @@ func (c *clientConn) SetReadDeadline(t time.Time) error {
 	return c.Conn.SetReadDeadline(t)
 }
 
-// topicAliasMaximum is fixed (RFC 0002 §1.5): the inbound alias table a
-// client can make the broker hold is bounded (invariant 13). The wire check
-// refuses an alias above it.
-const topicAliasMaximum = wire.TopicAliasMaximum
-
 // connackPromises adds to an accepting MQTT 5 CONNACK what the substrate
 // leaves out (RFC 0002 §3.7): Maximum Packet Size = max_message_size, so a
 // client knows the bound before it meets it, and Topic Alias Maximum 16.
@@ -667,7 +662,7 @@ func (b *Broker) connackPromises(cl *mqtt.Client, pk packets.Packet) packets.Pac
 		return pk
 	}
 	pk.Properties.MaximumPacketSize = uint32(b.cfg.Broker.Limits.MaxMessageSize)
-	pk.Properties.TopicAliasMaximum = topicAliasMaximum
+	pk.Properties.TopicAliasMaximum = wire.TopicAliasMaximum // fixed (RFC 0002 §1.5): the alias table is bounded (invariant 13)
 	if g, all := b.grantsOf(cl); !all && g != nil {
 		// RFC 0002 §3.6, §3.7: what the ACL denies this client, said on its
 		// CONNACK; Retain Available stays 1 (channel topics still retain).
