@@ -24,6 +24,6 @@
 // answers and logs them). It also reads the opening bytes of a CONNECT for
 // a socket answered before it is admitted (ReadConnectOpening,
 // ReadVersion) and scans the whole packets the broker writes (AnyPacket).
-// broker/deliveries_seam_test.go keeps the checks here: package broker may
+// broker/wire_seam_test.go keeps the checks here: package broker may
 // declare none of them.
 package wire
