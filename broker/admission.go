@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"saguin.dev/broker/config"
 	doorpkg "saguin.dev/broker/internal/door"
 	"saguin.dev/broker/internal/logging"
+	"saguin.dev/broker/internal/wire"
 )
 
 // Connection admission (docs/configuration.md "`broker.limits`", invariant 13). Fixed, not
@@ -211,7 +211,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		now := time.Now()
 		cc := &clientConn{Conn: c, l: l, connectBy: now.Add(l.lim.ConnectTimeout),
 			writeTimeout: l.lim.WriteTimeout, closedCh: make(chan struct{}), waiter: w, wire: l.g.wire.assign(),
-			fr: framer{connectLimit: l.lim.MaxConnectSize, packetLimit: l.lim.MaxMessageSize}}
+			fr: wire.NewFramer(l.lim.MaxConnectSize, l.lim.MaxMessageSize)}
 		cc.state = stateSlot
 		if w != nil {
 			cc.state, cc.mustWait = stateWaiting, true
@@ -302,7 +302,7 @@ const (
 )
 
 // clientConn is one client socket: it follows the client's framing to
-// refuse oversized packets before they are read (admission_frame.go),
+// refuse oversized packets before they are read (broker/internal/wire),
 // bounds the CONNECT by connect_timeout, writes what every writer hands it
 // through one combining writer bounded by write_timeout (conn_writer.go),
 // and holds the socket's slot until its end is decided.
@@ -340,9 +340,8 @@ type clientConn struct {
 	closedCh chan struct{}
 
 	// Read side: only the substrate's reader calls Read.
-	fr       framer
-	mustWait bool  // an overflow socket that has not yet waited its turn
-	rerr     error // the socket's read error, returned once what was read before it is handed on
+	fr       wire.Framer
+	mustWait bool // an overflow socket that has not yet waited its turn
 
 	// client is the substrate's client of this connection, from its
 	// CONNECT hook on: what a panic on this connection's goroutine
@@ -441,14 +440,15 @@ func (c *clientConn) shut() error {
 }
 
 // Read hands the substrate the client's bytes one judged packet at a time
-// (admission_frame.go): a packet is read and held until the framer has
-// judged it, and a refused one is answered here and never handed on.
+// (broker/internal/wire: the Framer reads the socket through ReadSocket and
+// hands its verdicts to Judged): a refused packet is answered here and
+// never handed on.
 func (c *clientConn) Read(p []byte) (int, error) {
 	n, err := c.read(p)
 	// What the framer still holds is the client's next packet (or part of
 	// it): the substrate handles it without waiting on the socket, so its
 	// answer to this one may wait for the answer to that one.
-	c.readAhead.Store(err == nil && len(c.fr.buf) > 0)
+	c.readAhead.Store(err == nil && c.fr.Holds())
 	return n, err
 }
 
@@ -459,110 +459,38 @@ func (c *clientConn) read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	f := &c.fr
-	for {
-		if f.ready > 0 {
-			return f.take(p), nil
-		}
-		if f.pass > 0 && len(f.buf) == 0 {
-			// A judged PUBLISH's payload: straight through, unheld.
-			n, err := c.sockRead(p[:min(len(p), f.pass)])
-			f.pass -= n
-			return n, err
-		}
-		if len(f.buf) > 0 && f.pass == 0 {
-			j := f.frame(f.buf)
-			if j.need == 0 {
-				if err := c.judged(j, f.buf); err != nil {
-					return 0, err
-				}
-				f.ready = j.out
-				if rw := f.disconnectWithProps(f.buf); rw != nil {
-					f.buf, f.ready = append(f.buf[:0], rw...), len(rw)
-				}
-				continue
-			}
-			if c.rerr != nil {
-				return 0, c.rerr
-			}
-			f.grow(j.need)
-			n, err := c.sockRead(f.buf[len(f.buf):cap(f.buf)])
-			f.buf = f.buf[:len(f.buf)+n]
-			if err != nil {
-				c.rerr = err
-			}
-			continue
-		}
-		if c.rerr != nil {
-			return 0, c.rerr
-		}
-		// Nothing held: read into p and judge the packet there, so a packet
-		// that arrived whole in one read is handed on without a copy.
-		n, err := c.sockRead(p)
-		if n == 0 {
-			return 0, err
-		}
-		if err != nil {
-			c.rerr = err
-		}
-		j := f.frame(p[:n])
-		if j.need > 0 {
-			f.hold(p[:n], j.need)
-			continue
-		}
-		if err := c.judged(j, p[:n]); err != nil {
-			return 0, err
-		}
-		if rw := f.disconnectWithProps(p[:n]); rw != nil {
-			f.hold(rw, 0)
-			f.ready = len(rw)
-			continue
-		}
-		if j.out < n {
-			f.hold(p[j.out:n], 0) // the packets that follow, judged at the next Read
-		}
-		return j.out, nil
-	}
+	return c.fr.Read(p, c)
 }
 
-// sockRead is one read from the socket, its bytes counted
-// (saguin_bytes_received_total).
-func (c *clientConn) sockRead(p []byte) (int, error) {
+// ReadSocket is one read from the socket, its bytes counted
+// (saguin_bytes_received_total): the framer's only way to the socket
+// (wire.Conn).
+func (c *clientConn) ReadSocket(p []byte) (int, error) {
 	c.toSocket()
 	n, err := c.Conn.Read(p)
 	c.shard().bytesIn.Add(uint64(n))
 	return n, err
 }
 
-// judged acts on the framer's judgement of a packet about to be handed on
-// (data holds what was read of it): a refusal ends the connection here.
-func (c *clientConn) judged(j judgement, data []byte) error {
-	f := &c.fr
-	if j.first>>4 == packets.Publish {
+// Judged acts on the framer's verdict on a packet about to be handed on
+// (wire.Conn): a refusal is answered and ends the connection here.
+func (c *clientConn) Judged(v wire.Verdict) error {
+	if v.Type == packets.Publish {
 		// Every PUBLISH that arrives, refused here or later
 		// (saguin_publishes_received_total).
 		c.shard().publishesIn.Add(1)
 	}
-	if j.over != nil || j.r != nil {
-		var err error
-		if j.over != nil {
-			err = c.refuseOversize(j.over, append([]byte(nil), data[j.body:]...))
-		} else {
-			err = c.refuse(j.first>>4, j.r)
-		}
+	switch {
+	case v.Over != nil:
 		// Nothing more is read or handed on: the connection is over.
-		f.release()
-		f.ready, f.pass, c.rerr = 0, 0, err
-		return err
+		return c.refuseOversize(v.Over)
+	case v.Refused != nil:
+		return c.refuse(v.Type, v.Refused)
 	}
-	if f.packets == 0 && !c.connected.Load() {
+	if v.First && !c.connected.Load() {
 		c.connected.Store(true)
 		c.l.untrack(c)
 	}
-	f.admit(j)
 	return nil
 }
 
@@ -573,9 +501,9 @@ var errRefused = errors.New("packet refused before the substrate read it")
 // MQTT 5 gets a CONNACK (for the CONNECT) or DISCONNECT with the code, then
 // the close; MQTT 3.1.1, and a connection whose protocol is not known, is
 // closed with nothing. One bounded line is logged.
-func (c *clientConn) refuse(t byte, r *refusal) error {
-	connect := c.fr.st.version == 0
-	answer := answerFor(r, connect, &c.fr.st)
+func (c *clientConn) refuse(t byte, r *wire.Refusal) error {
+	connect := c.fr.Version() == 0
+	answer := c.fr.Answer(r)
 	c.letGo()
 	if answer != nil {
 		_, _ = c.write(answer, c.boundOr(5*time.Second))
@@ -583,14 +511,14 @@ func (c *clientConn) refuse(t byte, r *refusal) error {
 	answered := "closed"
 	switch {
 	case answer != nil && connect:
-		answered = fmt.Sprintf("CONNACK 0x%02X", r.code)
+		answered = fmt.Sprintf("CONNACK 0x%02X", r.Code)
 	case answer != nil:
-		answered = fmt.Sprintf("DISCONNECT 0x%02X", r.code)
+		answered = fmt.Sprintf("DISCONNECT 0x%02X", r.Code)
 	}
-	c.refused(refusePacket, r.code, packetName(t)+" refused",
-		"packet", packetName(t), "answer", answered, "reason", r.reason, "remote", c.RemoteAddr().String())
+	c.refused(refusePacket, r.Code, wire.PacketName(t)+" refused",
+		"packet", wire.PacketName(t), "answer", answered, "reason", r.Reason, "remote", c.RemoteAddr().String())
 	_ = c.Close()
-	return fmt.Errorf("%w: %s: %s", errRefused, packetName(t), r.reason)
+	return fmt.Errorf("%w: %s: %s", errRefused, wire.PacketName(t), r.Reason)
 }
 
 // awaitSlot is an overflow socket's first read: up to 50 ms in line for a
@@ -635,7 +563,7 @@ func (c *clientConn) awaitSlot() error {
 		by = c.connectBy
 	}
 	_ = c.Conn.SetReadDeadline(by)
-	version := readConnectOpening(c.Conn)
+	version := wire.ReadConnectOpening(c.Conn)
 	c.letGo()
 	switch version {
 	case 5:
@@ -648,61 +576,16 @@ func (c *clientConn) awaitSlot() error {
 	return errServerBusy
 }
 
-// readConnectOpening reads a CONNECT's fixed header and its bytes up to the
-// protocol level, and returns that level (0: not a CONNECT, not in time,
-// or no MQTT level).
-func readConnectOpening(r io.Reader) byte {
-	var b [8]byte
-	if _, err := io.ReadFull(r, b[:1]); err != nil || b[0]>>4 != 1 {
-		return 0
-	}
-	for i := 0; ; i++ { // the remaining length: at most four bytes
-		if _, err := io.ReadFull(r, b[:1]); err != nil {
-			return 0
-		}
-		if b[0]&128 == 0 {
-			break
-		}
-		if i == 3 {
-			return 0
-		}
-	}
-	return readVersion(r, nil)
-}
-
-// readVersion completes a CONNECT's opening bytes from have and then r and
-// returns its protocol level (0 if unreadable).
-func readVersion(r io.Reader, have []byte) byte {
-	var open [9]byte
-	n := copy(open[:], have)
-	if n < 2 {
-		m, err := io.ReadFull(r, open[n:2])
-		if n += m; err != nil {
-			return 0
-		}
-	}
-	need := 2 + (int(open[0])<<8 | int(open[1])) + 1
-	if need > len(open) {
-		return 0
-	}
-	if n < need {
-		if _, err := io.ReadFull(r, open[n:need]); err != nil {
-			return 0
-		}
-	}
-	return connectVersion(open[:need])
-}
-
 // refuseOversize answers a packet past its limit without reading it: an
 // MQTT 5 CONNECT gets CONNACK 0x95 (3.1.1: closed silently), any later
 // packet DISCONNECT 0x95 (3.1.1: closed) — docs/security.md "Every refusal, and its code".
-func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
+func (c *clientConn) refuseOversize(over *wire.Oversize) error {
 	var answer []byte
-	version := c.fr.st.version
+	version := c.fr.Version()
 	what := "packet"
-	if over.connect {
+	if over.Connect {
 		what = "CONNECT"
-		version = readVersion(c.Conn, rest)
+		version = wire.ReadVersion(c.Conn, over.Opening)
 		if version == 5 {
 			answer = []byte{0x20, 3, 0, 0x95, 0}
 		}
@@ -714,13 +597,13 @@ func (c *clientConn) refuseOversize(over *oversize, rest []byte) error {
 		_, _ = c.write(answer, c.boundOr(5*time.Second))
 	}
 	key := "limits.max_message_size"
-	if over.connect {
+	if over.Connect {
 		key = "limits.max_connect_size"
 	}
 	c.refused(refusePacket, 0x95, what+" refused: over "+key, "remote", c.RemoteAddr().String(),
-		"bytes", over.size, "limit", over.limit)
+		"bytes", over.Size, "limit", over.Limit)
 	_ = c.Close()
-	return fmt.Errorf("%w: %s of %d bytes, %s is %d", errPacketTooLarge, what, over.size, key, over.limit)
+	return fmt.Errorf("%w: %s of %d bytes, %s is %d", errPacketTooLarge, what, over.Size, key, over.Limit)
 }
 
 // refused counts a refusal this connection was given and logs it at warn,
@@ -771,10 +654,6 @@ func (c *clientConn) SetReadDeadline(t time.Time) error {
 	return c.Conn.SetReadDeadline(t)
 }
 
-// topicAliasMaximum is fixed (docs/configuration.md "`broker.limits`"): the inbound alias table a
-// client can make the broker hold is bounded (invariant 13).
-const topicAliasMaximum = 16
-
 // connackPromises adds to an accepting MQTT 5 CONNACK what the substrate
 // leaves out (docs/security.md "Every refusal, and its code"): Maximum Packet Size = max_message_size, so a
 // client knows the bound before it meets it, and Topic Alias Maximum 16.
@@ -783,7 +662,7 @@ func (b *Broker) connackPromises(cl *mqtt.Client, pk packets.Packet) packets.Pac
 		return pk
 	}
 	pk.Properties.MaximumPacketSize = uint32(b.cfg.Broker.Limits.MaxMessageSize)
-	pk.Properties.TopicAliasMaximum = topicAliasMaximum
+	pk.Properties.TopicAliasMaximum = wire.TopicAliasMaximum // fixed (RFC 0002 §1.5): the alias table is bounded (invariant 13)
 	if g, all := b.grantsOf(cl); !all && g != nil {
 		// docs/security.md "A feature the ACL denies"; docs/security.md "Every refusal, and its code": what the ACL denies this client, said on its
 		// CONNACK; Retain Available stays 1 (channel topics still retain).

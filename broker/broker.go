@@ -22,6 +22,7 @@ import (
 	"saguin.dev/broker/internal/logging"
 	"saguin.dev/broker/internal/metrics"
 	"saguin.dev/broker/internal/msgid"
+	"saguin.dev/broker/internal/wire"
 	"saguin.dev/broker/partition"
 	"saguin.dev/broker/topic"
 	"saguin.dev/storage"
@@ -353,7 +354,7 @@ func (b *Broker) newServer() *mqtt.Server {
 	// pipelined publishes are bounded by (inbound.go).
 	caps.ReceiveMaximum = receiveMaximum
 	// invariant 13: inbound alias table bounded (docs/configuration.md "`broker.limits`": fixed at 16).
-	caps.TopicAliasMaximum = topicAliasMaximum
+	caps.TopicAliasMaximum = wire.TopicAliasMaximum
 	// The substrate's outbound queue carries nothing of Sagüin's: broadcast
 	// goes through each session's outbox, bounded by
 	// limits.session_queue_bytes (fanout.go). The queue (which dropped QoS 1

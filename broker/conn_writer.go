@@ -9,6 +9,8 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+
+	"saguin.dev/broker/internal/wire"
 )
 
 // The connection writer (rfcs/connection-writer.md). Every byte to a
@@ -205,7 +207,7 @@ func (c *clientConn) Write(b []byte) (int, error) {
 // write is Write bounded by bound (0: unbounded) instead of the
 // connection's own bound: the door's refusals use their own.
 func (c *clientConn) write(b []byte, bound time.Duration) (int, error) {
-	if endsConnection(b) {
+	if wire.EndsConnection(b) {
 		// The slot is let go before the refusal or DISCONNECT is written
 		// (docs/configuration.md "`broker.limits`" connection admission).
 		c.letGo()
@@ -453,7 +455,7 @@ func (c *clientConn) toSocket() {
 // answersOnly reports whether b holds only packets the substrate's read
 // loop writes in answer to a client's packet.
 func answersOnly(b []byte) bool {
-	return !anyPacket(b, func(typ byte, _ int) bool {
+	return !wire.AnyPacket(b, func(typ byte, _ int) bool {
 		switch typ {
 		case 4, 5, 6, 7, 9, 11, 13: // PUBACK PUBREC PUBREL PUBCOMP SUBACK UNSUBACK PINGRESP
 			return false

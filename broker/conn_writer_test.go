@@ -17,6 +17,7 @@ import (
 
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/logging"
+	"saguin.dev/broker/internal/wire"
 )
 
 // The connection writer (conn_writer.go) over real loopback sockets.
@@ -279,7 +280,7 @@ func TestConnWriterHoldsAnswersForTheReadSide(t *testing.T) {
 	three := append(append(append(append([]byte{}, connect5...), pub(1)...), pub(2)...), pub(3)...)
 	t0 := time.Unix(1000, 0)
 	newConn := func(t *testing.T, stream []byte) (testConn, *countConn) {
-		c := scriptedConn(t, framer{connectLimit: 1000, packetLimit: 1000}, stream, 4096)
+		c := scriptedConn(t, wire.NewFramer(1000, 1000), stream, 4096)
 		c.l.now = func() time.Time { return t0 } // no linger passes
 		c.writeTimeout = time.Second             // a bound: answers may be held
 		cc := &countConn{Conn: c.sc}

@@ -9,6 +9,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/internal/wire"
 )
 
 // The delivery seam (rfcs/delivery-seam.md). Every delivery Sagüin makes to
@@ -298,7 +300,7 @@ func (d *deliveries) ack(b *Broker, s *session, cl *mqtt.Client, pk packets.Pack
 			// PUBREL 0x92 Packet Identifier not found.
 			_ = d.writeAck(cl, packets.Pubrel, pid, packets.ErrPacketIdentifierNotFound.Code)
 		} else {
-			b.log.Debug("acknowledgement for no delivery ignored", "client", cl.ID, "packet", packetName(pk.FixedHeader.Type), "packet_id", pid)
+			b.log.Debug("acknowledgement for no delivery ignored", "client", cl.ID, "packet", wire.PacketName(pk.FixedHeader.Type), "packet_id", pid)
 		}
 		return
 	case pk.FixedHeader.Type == packets.Pubrec && ex.qos == 2 && pk.ReasonCode < 0x80:
@@ -315,7 +317,7 @@ func (d *deliveries) ack(b *Broker, s *session, cl *mqtt.Client, pk packets.Pack
 		pk.FixedHeader.Type == packets.Pubrec && ex.qos != 2,
 		pk.FixedHeader.Type == packets.Pubcomp && ex.qos != 2:
 		d.mu.Unlock()
-		b.log.Debug("acknowledgement of the wrong kind ignored", "client", cl.ID, "packet", packetName(pk.FixedHeader.Type),
+		b.log.Debug("acknowledgement of the wrong kind ignored", "client", cl.ID, "packet", wire.PacketName(pk.FixedHeader.Type),
 			"packet_id", pid, "qos", ex.qos)
 		return
 	}
@@ -439,7 +441,7 @@ func (d *deliveries) write(cl *mqtt.Client, p []byte) error {
 // another as a write holds them (PUBRELs ride along with deliveries).
 func publishesIn(p []byte) uint64 {
 	var n uint64
-	anyPacket(p, func(typ byte, _ int) bool {
+	wire.AnyPacket(p, func(typ byte, _ int) bool {
 		if typ == packets.Publish {
 			n++
 		}

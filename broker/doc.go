@@ -21,8 +21,9 @@
 // the subscription tree and answers what Sagüin leaves to it (CONNACK,
 // SUBACK, the PUBACK or PUBREC of a publish answered before its hook
 // returns, PINGRESP). Everything else is Sagüin's: the door in front of the
-// socket (listen.go, admission.go, admission_frame.go, wire_check.go;
-// its TLS, WebSocket and PROXY layers in doors.go and broker/internal/door),
+// socket (listen.go, admission.go; the byte-level wire checks in
+// broker/internal/wire; its TLS, WebSocket and PROXY layers in doors.go and
+// broker/internal/door),
 // the session (session.go, session_lifecycle.go, ownership.go,
 // sessionstore.go, wills.go), storage of every publish to a channel
 // (publish.go, inbound.go, qos2.go, latest.go, retained.go) and every
@@ -45,10 +46,10 @@
 // header, TLS, a WebSocket upgrade, set up at the first read within
 // connect_timeout; clientConn.peer is what they learnt). Every byte
 // the client sends passes clientConn.Read, where the framer
-// (admission_frame.go framer.frame) judges each packet by its declared size
-// and checks its fixed header and body (wire_check.go checkHeader,
-// checkPacket) before the substrate decodes it; a refusal is answered by
-// answerFor and the connection ends. listener.go door.serve hands the
+// (broker/internal/wire Framer) judges each packet by its declared size
+// and checks its fixed header and body before the substrate decodes it,
+// and hands its verdict to clientConn.Judged: a refusal is answered (the
+// framer's Answer) and the connection ends. listener.go door.serve hands the
 // socket to the substrate. Then, in hooks.go order: OnConnect calls
 // connect.go checkConnect (client identifier; who the client is —
 // auth.go authenticate: a certificate's or proxy's verified name, else a

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"saguin.dev/broker/config"
+	"saguin.dev/broker/internal/wire"
 )
 
 // header encodes a fixed header declaring a body of n bytes.
@@ -33,12 +34,12 @@ func TestInvariant13_FramerJudgesDeclaredSize(t *testing.T) {
 	// An MQTT 5 CONNECT: no properties, empty client id (13-byte body).
 	connect := append(header(0x10, 13), 0, 4, 'M', 'Q', 'T', 'T', 5, 2, 0, 60, 0, 0, 0)
 	t.Run("connect at and over max_connect_size", func(t *testing.T) {
-		c := scriptedConn(t, framer{connectLimit: int64(len(connect)), packetLimit: 1000}, connect, 1)
+		c := scriptedConn(t, wire.NewFramer(int64(len(connect)), 1000), connect, 1)
 		handed, err := c.drain()
-		if !bytes.Equal(handed, connect) || c.fr.st.version != 5 || !c.connected.Load() {
-			t.Fatalf("CONNECT at the limit: handed %x (%v), version %d", handed, err, c.fr.st.version)
+		if !bytes.Equal(handed, connect) || c.fr.Version() != 5 || !c.connected.Load() {
+			t.Fatalf("CONNECT at the limit: handed %x (%v), version %d", handed, err, c.fr.Version())
 		}
-		c = scriptedConn(t, framer{connectLimit: int64(len(connect)) - 1, packetLimit: 1000}, connect, 1)
+		c = scriptedConn(t, wire.NewFramer(int64(len(connect))-1, 1000), connect, 1)
 		handed, err = c.drain()
 		if len(handed) != 0 || !errors.Is(err, errPacketTooLarge) {
 			t.Fatalf("CONNECT one byte over: handed %x, err %v", handed, err)
@@ -54,7 +55,7 @@ func TestInvariant13_FramerJudgesDeclaredSize(t *testing.T) {
 		big := header(0x32, 100<<20) // declares 100MiB
 		stream := append(append(append([]byte{}, connect...), ok...), big...)
 		// Fed a byte at a time, as a slow client would send it.
-		c := scriptedConn(t, framer{connectLimit: 1000, packetLimit: 200}, stream, 1)
+		c := scriptedConn(t, wire.NewFramer(1000, 200), stream, 1)
 		handed, err := c.drain()
 		if !errors.Is(err, errPacketTooLarge) {
 			t.Fatalf("oversize not refused: %v", err)
@@ -70,29 +71,11 @@ func TestInvariant13_FramerJudgesDeclaredSize(t *testing.T) {
 		// The substrate's own check leaves the length bytes out; ours
 		// does not.
 		stream := append(append([]byte{}, connect...), header(0x30, 198)...)
-		c := scriptedConn(t, framer{connectLimit: 1000, packetLimit: 200}, stream, 64)
+		c := scriptedConn(t, wire.NewFramer(1000, 200), stream, 64)
 		if handed, err := c.drain(); !errors.Is(err, errPacketTooLarge) || len(handed) != len(connect) {
 			t.Fatalf("a 201-byte packet passed a 200-byte limit: handed %d, %v", len(handed), err)
 		}
 	})
-}
-
-func TestEndsConnectionFindsRefusals(t *testing.T) {
-	puback := []byte{0x40, 2, 0, 1}
-	for name, tc := range map[string]struct {
-		b    []byte
-		want bool
-	}{
-		"accepting CONNACK":     {[]byte{0x20, 3, 0, 0, 0}, false},
-		"refusing CONNACK":      {[]byte{0x20, 3, 0, 0x89, 0}, true},
-		"3.1.1 refusing":        {[]byte{0x20, 2, 0, 0x03}, true},
-		"PUBACKs":               {append(append([]byte{}, puback...), puback...), false},
-		"DISCONNECT after data": {append(append([]byte{}, puback...), 0xE0, 1, 0x8E), true},
-	} {
-		if got := endsConnection(tc.b); got != tc.want {
-			t.Errorf("%s: %v, want %v", name, got, tc.want)
-		}
-	}
 }
 
 // limits.max_connect_rate: bursts up to twice the rate, then one per
@@ -257,28 +240,5 @@ func TestInvariant13_MaxConnectionsGate(t *testing.T) {
 	}
 	if big := newGate(config.Limits{MaxConnections: 10000}); big.budget != 32 {
 		t.Fatalf("overflow budget %d, want 32", big.budget)
-	}
-}
-
-// An overflow socket is answered from its CONNECT's opening bytes alone:
-// the protocol level is found whatever the declared length, and anything
-// that is not a CONNECT of a known level gets nothing.
-func TestConnectOpeningGivesTheLevel(t *testing.T) {
-	open := func(level byte) []byte { return []byte{0, 4, 'M', 'Q', 'T', 'T', level} }
-	for name, tc := range map[string]struct {
-		b    []byte
-		want byte
-	}{
-		"MQTT 5, short length": {append(header(0x10, 20), open(5)...), 5},
-		"3.1.1, 4-byte length": {append(header(0x10, 100<<20), open(4)...), 4},
-		"MQIsdp 3.1":           {append(header(0x10, 30), 0, 6, 'M', 'Q', 'I', 's', 'd', 'p', 3), 3},
-		"not a CONNECT":        {append(header(0x30, 20), open(5)...), 0},
-		"five length bytes":    {[]byte{0x10, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 4, 'M', 'Q', 'T', 'T', 5}, 0},
-		"cut short":            {append(header(0x10, 20), 0, 4, 'M', 'Q'), 0},
-		"name no level uses":   {append(header(0x10, 20), 0, 9, 'x'), 0},
-	} {
-		if got := readConnectOpening(bytes.NewReader(tc.b)); got != tc.want {
-			t.Errorf("%s: level %d, want %d", name, got, tc.want)
-		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/internal/wire"
 )
 
 // door is one MQTT listener as the substrate sees it (its
@@ -138,7 +140,7 @@ func (b *Broker) recovered(listener string, conn net.Conn, r any) {
 	attrs := []any{"listener", listener, "remote", conn.RemoteAddr().String()}
 	var cl *mqtt.Client
 	if cc != nil {
-		attrs = append(attrs, "packet", packetName(cc.fr.handling))
+		attrs = append(attrs, "packet", wire.PacketName(cc.fr.Handling()))
 		cl = cc.client.Load()
 		if cl != nil {
 			attrs = append(attrs, "client", cl.ID)
@@ -227,6 +229,6 @@ func (b *Broker) panicIfNamed(pk packets.Packet) {
 		}
 	}
 	if named {
-		panic("fault injection (panic-on-packet): handling a " + packetName(pk.FixedHeader.Type) + " naming " + b.panicTopic)
+		panic("fault injection (panic-on-packet): handling a " + wire.PacketName(pk.FixedHeader.Type) + " naming " + b.panicTopic)
 	}
 }

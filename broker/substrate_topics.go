@@ -5,6 +5,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"saguin.dev/broker/internal/wire"
 )
 
 // The substrate (mochi v2.7.9, server.go processPublish) drops a client's
@@ -54,7 +56,7 @@ func unmarked(topic string) string {
 // packet then goes on to the substrate as noopPacket (qos2.go). A packet
 // the substrate's validation refuses is left to it.
 func (b *Broker) answerRepeat(cl *mqtt.Client, pk packets.Packet) bool {
-	if pk.FixedHeader.Qos != 2 || pk.PublishValidate(topicAliasMaximum) != packets.CodeSuccess {
+	if pk.FixedHeader.Qos != 2 || pk.PublishValidate(wire.TopicAliasMaximum) != packets.CodeSuccess {
 		return false
 	}
 	if held, ok := cl.State.Inflight.Get(pk.PacketID); !ok || held.FixedHeader.Type != packets.Pubrec {

@@ -1,4 +1,4 @@
-package broker
+package wire
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 // decoders trust lengths they never compare with the packet — one SUBSCRIBE
 // whose options byte is missing indexes past its buffer and the panic ends
 // the process — and accept packets MQTT calls malformed or protocol errors,
-// which the broker would then act on. The framer (admission_frame.go) holds
-// each packet until checkPacket has read every length, count and property
-// in it against the packet's own bounds; only a packet that passes is handed
-// to the substrate, so a refusal comes before any state changes.
+// which the broker would then act on. The Framer (framer.go) holds each
+// packet until checkPacket has read every length, count and property in it
+// against the packet's own bounds; only a packet that passes is handed to
+// the substrate, so a refusal comes before any state changes.
 
 // MQTT 5 reason codes the check refuses with (docs/security.md "Every refusal, and its code").
 const (
@@ -27,24 +27,30 @@ const (
 	codeTopicAliasBad    = 0x94
 )
 
-// refusal is why a packet is refused. code 0 with silent set: closed with
-// nothing written (a CONNECT whose protocol is not MQTT, or not yet known).
-type refusal struct {
-	code   byte
-	reason string // our own words, never the client's bytes: it is logged and sent
+// TopicAliasMaximum is the Topic Alias Maximum promised to every MQTT 5
+// client, fixed (rfcs/limits.md): an alias above it is refused here, so the
+// alias table a client can make a connection hold is bounded (invariant 13).
+const TopicAliasMaximum = 16
+
+// Refusal is why a packet is refused: Framer.Answer is what the client is
+// sent for it. Code 0 with silent set: closed with nothing written (a
+// CONNECT whose protocol is not MQTT, or not yet known).
+type Refusal struct {
+	Code   byte   // the MQTT 5 reason code
+	Reason string // our own words, never the client's bytes: it is logged and sent
 	silent bool
 }
 
-func malformed(format string, a ...any) *refusal {
-	return &refusal{code: codeMalformed, reason: fmt.Sprintf(format, a...)}
+func malformed(format string, a ...any) *Refusal {
+	return &Refusal{Code: codeMalformed, Reason: fmt.Sprintf(format, a...)}
 }
 
-func protocolError(format string, a ...any) *refusal {
-	return &refusal{code: codeProtocolError, reason: fmt.Sprintf(format, a...)}
+func protocolError(format string, a ...any) *Refusal {
+	return &Refusal{Code: codeProtocolError, Reason: fmt.Sprintf(format, a...)}
 }
 
-// wireState is what the check knows of one network connection.
-type wireState struct {
+// connState is what the check knows of one network connection.
+type connState struct {
 	version byte // the CONNECT's protocol level once it passed (3, 4 or 5); 0 before
 	// clientMax is the client's Maximum Packet Size (0: none given): a
 	// refusal's Reason String is left out of an answer that would pass it.
@@ -56,8 +62,8 @@ type wireState struct {
 	aliases uint32
 }
 
-// packetName is a packet type as MQTT names it, for log lines.
-func packetName(t byte) string {
+// PacketName is a packet type as MQTT names it, for log lines.
+func PacketName(t byte) string {
 	if t == 0 {
 		return "RESERVED"
 	}
@@ -67,15 +73,15 @@ func packetName(t byte) string {
 	return "UNKNOWN"
 }
 
-// wireReader reads MQTT's data types from one packet's body, never past it.
-type wireReader struct {
+// bodyReader reads MQTT's data types from one packet's body, never past it.
+type bodyReader struct {
 	b   []byte
 	off int
 }
 
-func (r *wireReader) left() int { return len(r.b) - r.off }
+func (r *bodyReader) left() int { return len(r.b) - r.off }
 
-func (r *wireReader) byte() (byte, bool) {
+func (r *bodyReader) byte() (byte, bool) {
 	if r.left() < 1 {
 		return 0, false
 	}
@@ -83,7 +89,7 @@ func (r *wireReader) byte() (byte, bool) {
 	return r.b[r.off-1], true
 }
 
-func (r *wireReader) uint16() (uint16, bool) {
+func (r *bodyReader) uint16() (uint16, bool) {
 	if r.left() < 2 {
 		return 0, false
 	}
@@ -91,7 +97,7 @@ func (r *wireReader) uint16() (uint16, bool) {
 	return uint16(r.b[r.off-2])<<8 | uint16(r.b[r.off-1]), true
 }
 
-func (r *wireReader) uint32() (uint32, bool) {
+func (r *bodyReader) uint32() (uint32, bool) {
 	if r.left() < 4 {
 		return 0, false
 	}
@@ -102,7 +108,7 @@ func (r *wireReader) uint32() (uint32, bool) {
 
 // varint reads a Variable Byte Integer: at most four bytes (MQTT 5 §1.5.5;
 // the substrate's decoder reads any number of continuation bytes).
-func (r *wireReader) varint() (int, bool) {
+func (r *bodyReader) varint() (int, bool) {
 	v, mul := 0, 1
 	for i := 0; i < 4; i++ {
 		c, ok := r.byte()
@@ -119,7 +125,7 @@ func (r *wireReader) varint() (int, bool) {
 }
 
 // binary reads Binary Data: a two-byte length, then that many bytes.
-func (r *wireReader) binary() ([]byte, bool) {
+func (r *bodyReader) binary() ([]byte, bool) {
 	n, ok := r.uint16()
 	if !ok || r.left() < int(n) {
 		return nil, false
@@ -131,7 +137,7 @@ func (r *wireReader) binary() ([]byte, bool) {
 // str reads a UTF-8 Encoded String. ok false: it runs past the packet;
 // valid false: ill-formed UTF-8 or U+0000, a Malformed Packet either way
 // ([MQTT-1.5.4-1], [MQTT-1.5.4-2]).
-func (r *wireReader) str() (s []byte, ok, valid bool) {
+func (r *bodyReader) str() (s []byte, ok, valid bool) {
 	b, ok := r.binary()
 	if !ok {
 		return nil, false, false
@@ -141,7 +147,7 @@ func (r *wireReader) str() (s []byte, ok, valid bool) {
 
 // field reads a UTF-8 string field, refusing it as Malformed if it is
 // short or ill-formed.
-func (r *wireReader) field(what string) ([]byte, *refusal) {
+func (r *bodyReader) field(what string) ([]byte, *Refusal) {
 	s, ok, valid := r.str()
 	if !ok {
 		return nil, malformed("the %s runs past the end of the packet", what)
@@ -227,7 +233,7 @@ type props [0x28]propValue
 
 // readProps reads a property section (its length, then the properties,
 // which must end exactly where the length says) for a packet of kind where.
-func readProps(r *wireReader, where int, section string, got *props) *refusal {
+func readProps(r *bodyReader, where int, section string, got *props) *Refusal {
 	n, ok := r.varint()
 	if !ok {
 		return malformed("the %s length is not a valid Variable Byte Integer within the packet", section)
@@ -235,7 +241,7 @@ func readProps(r *wireReader, where int, section string, got *props) *refusal {
 	if n > r.left() {
 		return malformed("the %s length (%d) runs past the end of the packet (%d bytes left)", section, n, r.left())
 	}
-	sub := &wireReader{b: r.b[r.off : r.off+n]}
+	sub := &bodyReader{b: r.b[r.off : r.off+n]}
 	r.off += n
 	for sub.left() > 0 {
 		id, _ := sub.byte()
@@ -311,7 +317,7 @@ func readProps(r *wireReader, where int, section string, got *props) *refusal {
 
 // oneOrZero refuses a byte property other than 0 or 1 (Payload Format
 // Indicator, Request Problem / Response Information): a Protocol Error.
-func (p *props) oneOrZero(id byte, section string) *refusal {
+func (p *props) oneOrZero(id byte, section string) *Refusal {
 	if v := p[id]; v.set && v.n > 1 {
 		return protocolError("the %s %s is %d; only 0 and 1 are defined", section, propSpecs[id].name, v.n)
 	}
@@ -320,7 +326,7 @@ func (p *props) oneOrZero(id byte, section string) *refusal {
 
 // responseTopic refuses a Response Topic holding a wildcard: it names the
 // topic a reply is published to ([MQTT-3.3.2-14]).
-func (p *props) responseTopic(section string) *refusal {
+func (p *props) responseTopic(section string) *Refusal {
 	if v := p[0x08]; v.set && bytes.ContainsAny(v.b, "+#") {
 		return protocolError("the %s Response Topic holds a wildcard (+ or #)", section)
 	}
@@ -329,13 +335,13 @@ func (p *props) responseTopic(section string) *refusal {
 
 // checkHeader judges a fixed header's first byte before its body is read
 // (MQTT 5 §2.1.3: reserved flags; §3.3.1.2: both QoS bits).
-func checkHeader(first byte, st *wireState) *refusal {
+func checkHeader(first byte, st *connState) *Refusal {
 	t, flags := first>>4, first&0x0F
 	if st.version == 0 {
 		if t != packets.Connect {
 			// [MQTT-3.1.0-1]: the first packet is a CONNECT; the protocol
 			// is not known, so nothing is answered.
-			return &refusal{silent: true, reason: "the first packet is not a CONNECT"}
+			return &Refusal{silent: true, Reason: "the first packet is not a CONNECT"}
 		}
 	} else if t == packets.Connect {
 		return protocolError("a second CONNECT on one connection")
@@ -353,12 +359,12 @@ func checkHeader(first byte, st *wireState) *refusal {
 		return nil
 	case packets.Pubrel, packets.Subscribe, packets.Unsubscribe:
 		if flags != 0x02 {
-			return malformed("%s fixed-header flags are %#x; MQTT requires 0x2", packetName(t), flags)
+			return malformed("%s fixed-header flags are %#x; MQTT requires 0x2", PacketName(t), flags)
 		}
 		return nil
 	case packets.Connack, packets.Suback, packets.Unsuback, packets.Pingresp:
 		if flags == 0 {
-			return protocolError("a client sent %s, which only a server sends", packetName(t))
+			return protocolError("a client sent %s, which only a server sends", PacketName(t))
 		}
 	case packets.Auth:
 		if st.version < 5 {
@@ -366,7 +372,7 @@ func checkHeader(first byte, st *wireState) *refusal {
 		}
 	}
 	if flags != 0 {
-		return malformed("%s fixed-header flags are %#x; MQTT requires 0", packetName(t), flags)
+		return malformed("%s fixed-header flags are %#x; MQTT requires 0", PacketName(t), flags)
 	}
 	return nil
 }
@@ -377,7 +383,7 @@ func checkHeader(first byte, st *wireState) *refusal {
 // its properties, and the payload then streams through unheld. It returns
 // need > len(body) while more is needed to know; a PUBLISH whose head is
 // itself malformed reports len(body) (the check then refuses it).
-func headNeed(first byte, st *wireState, body []byte, length int) int {
+func headNeed(first byte, st *connState, body []byte, length int) int {
 	if first>>4 != packets.Publish {
 		return length
 	}
@@ -402,7 +408,7 @@ func headNeed(first byte, st *wireState, body []byte, length int) int {
 				break
 			}
 		}
-		r := &wireReader{b: body[need:]}
+		r := &bodyReader{b: body[need:]}
 		n, _ := r.varint()
 		need += r.off + n
 	}
@@ -411,8 +417,8 @@ func headNeed(first byte, st *wireState, body []byte, length int) int {
 
 // checkPacket judges one whole packet (a PUBLISH: up to the end of its
 // properties) on connection st. The CONNECT's verdict also sets st.version.
-func checkPacket(first byte, body []byte, length int, st *wireState) *refusal {
-	r := &wireReader{b: body}
+func checkPacket(first byte, body []byte, length int, st *connState) *Refusal {
+	r := &bodyReader{b: body}
 	switch first >> 4 {
 	case packets.Connect:
 		return checkConnect(r, st)
@@ -439,35 +445,35 @@ func checkPacket(first byte, body []byte, length int, st *wireState) *refusal {
 	return nil
 }
 
-func checkConnect(r *wireReader, st *wireState) *refusal {
+func checkConnect(r *bodyReader, st *connState) *Refusal {
 	name, ok := r.binary()
 	if !ok {
-		return &refusal{silent: true, reason: "the CONNECT's protocol name runs past the packet"}
+		return &Refusal{silent: true, Reason: "the CONNECT's protocol name runs past the packet"}
 	}
 	level, ok := r.byte()
 	if !ok {
-		return &refusal{silent: true, reason: "the CONNECT ends before its protocol level"}
+		return &Refusal{silent: true, Reason: "the CONNECT ends before its protocol level"}
 	}
 	switch string(name) {
 	case "MQTT":
 		if level != 4 && level != 5 {
 			// MQTT 5 §3.1.2.2: the Server MAY answer 0x84 and MUST close.
-			return &refusal{code: codeUnsupportedLevel, reason: fmt.Sprintf("protocol level %d is not MQTT 3.1.1 (4) or 5", level)}
+			return &Refusal{Code: codeUnsupportedLevel, Reason: fmt.Sprintf("protocol level %d is not MQTT 3.1.1 (4) or 5", level)}
 		}
 	case "MQIsdp":
 		if level != 3 {
-			return &refusal{silent: true, reason: fmt.Sprintf("protocol name MQIsdp with level %d", level)}
+			return &Refusal{silent: true, Reason: fmt.Sprintf("protocol name MQIsdp with level %d", level)}
 		}
 		// MQTT 3.1: read for its bounds like 3.1.1 (the same layout); the
 		// substrate then answers it 0x01, unacceptable protocol version.
 	default:
 		// MQTT 5 §3.1.2.1: not MQTT, so nothing MQTT says applies.
-		return &refusal{silent: true, reason: "the protocol name is not MQTT"}
+		return &Refusal{silent: true, Reason: "the protocol name is not MQTT"}
 	}
 	v5 := level == 5
 	// From here the answer is in the client's own protocol: MQTT 5 gets a
 	// CONNACK with the code, 3.1.1 is closed ([MQTT-3.1.4-1]).
-	bad := func(f *refusal) *refusal {
+	bad := func(f *Refusal) *Refusal {
 		if !v5 {
 			f.silent = true
 		}
@@ -558,13 +564,13 @@ func checkConnect(r *wireReader, st *wireState) *refusal {
 		// docs/security.md "Every refusal, and its code": no enhanced authentication in this build.
 		// Refused here, before the substrate sees the CONNECT, so the live
 		// session of the same client id is never touched (invariant 17).
-		return &refusal{code: codeBadAuthMethod, reason: "this broker has no enhanced authentication: send no Authentication Method"}
+		return &Refusal{Code: codeBadAuthMethod, Reason: "this broker has no enhanced authentication: send no Authentication Method"}
 	}
 	st.version = level
 	return nil
 }
 
-func checkPublish(first byte, r *wireReader, length int, st *wireState) *refusal {
+func checkPublish(first byte, r *bodyReader, length int, st *connState) *Refusal {
 	topic, f := r.field("topic name")
 	if f != nil {
 		return f
@@ -591,15 +597,15 @@ func checkPublish(first byte, r *wireReader, length int, st *wireState) *refusal
 		return f
 	}
 	if a := p[0x23]; a.set {
-		if a.n == 0 || a.n > topicAliasMaximum {
-			return &refusal{code: codeTopicAliasBad, reason: fmt.Sprintf("Topic Alias %d; this broker's Topic Alias Maximum is %d", a.n, topicAliasMaximum)}
+		if a.n == 0 || a.n > TopicAliasMaximum {
+			return &Refusal{Code: codeTopicAliasBad, Reason: fmt.Sprintf("Topic Alias %d; this broker's Topic Alias Maximum is %d", a.n, TopicAliasMaximum)}
 		}
 		bit := uint32(1) << a.n
 		switch {
 		case len(topic) > 0:
 			// The substrate maps the alias for every topic it goes on to
 			// process, and every topic but a wildcard one goes on
-			// (substrate_topics.go marks those its own check would drop);
+			// (broker/substrate_topics.go marks those its own check would drop);
 			// a wildcard topic ends the connection (DISCONNECT 0x82).
 			if !bytes.ContainsAny(topic, "+#") {
 				st.aliases |= bit
@@ -615,13 +621,13 @@ func checkPublish(first byte, r *wireReader, length int, st *wireState) *refusal
 	return nil
 }
 
-func checkAck(t byte, r *wireReader, st *wireState) *refusal {
+func checkAck(t byte, r *bodyReader, st *connState) *Refusal {
 	if _, ok := r.uint16(); !ok {
-		return malformed("the %s ends before its packet identifier", packetName(t))
+		return malformed("the %s ends before its packet identifier", PacketName(t))
 	}
 	if st.version < 5 {
 		if r.left() != 0 {
-			return malformed("a 3.1.1 %s of %d bytes; it has 2", packetName(t), len(r.b))
+			return malformed("a 3.1.1 %s of %d bytes; it has 2", PacketName(t), len(r.b))
 		}
 		return nil
 	}
@@ -633,16 +639,16 @@ func checkAck(t byte, r *wireReader, st *wireState) *refusal {
 		return nil
 	}
 	var p props
-	if f := readProps(r, inAck, packetName(t)+" properties", &p); f != nil {
+	if f := readProps(r, inAck, PacketName(t)+" properties", &p); f != nil {
 		return f
 	}
 	if r.left() != 0 {
-		return malformed("%d bytes follow the %s properties", r.left(), packetName(t))
+		return malformed("%d bytes follow the %s properties", r.left(), PacketName(t))
 	}
 	return nil
 }
 
-func checkSubscribe(r *wireReader, st *wireState) *refusal {
+func checkSubscribe(r *bodyReader, st *connState) *Refusal {
 	if _, ok := r.uint16(); !ok {
 		return malformed("the SUBSCRIBE ends before its packet identifier")
 	}
@@ -675,12 +681,12 @@ func checkSubscribe(r *wireReader, st *wireState) *refusal {
 			return protocolError("topic filter %d asks for QoS 3", i)
 		}
 		// Retain Handling 3 is refused (0x82) by the SUBSCRIBE hook before
-		// any filter is applied (subscribe.go).
+		// any filter is applied (broker/subscribe.go).
 	}
 	return nil
 }
 
-func checkUnsubscribe(r *wireReader, st *wireState) *refusal {
+func checkUnsubscribe(r *bodyReader, st *connState) *Refusal {
 	if _, ok := r.uint16(); !ok {
 		return malformed("the UNSUBSCRIBE ends before its packet identifier")
 	}
@@ -698,7 +704,7 @@ func checkUnsubscribe(r *wireReader, st *wireState) *refusal {
 	return nil
 }
 
-func checkDisconnect(r *wireReader, st *wireState) *refusal {
+func checkDisconnect(r *bodyReader, st *connState) *Refusal {
 	if st.version < 5 {
 		if r.left() != 0 {
 			return malformed("a 3.1.1 DISCONNECT with a %d-byte body; it has none", r.left())

@@ -1,4 +1,4 @@
-package broker
+package wire
 
 import (
 	"encoding/hex"
@@ -27,12 +27,12 @@ func unhex(s string) []byte {
 	return b
 }
 
-// fuzzServer is a substrate configured as newServer configures it where
-// decoding depends on it (inbound Topic Alias Maximum, no packet-size check
+// fuzzServer is a substrate configured as the broker's newServer
+// configures it where decoding depends on it (inbound Topic Alias Maximum, no packet-size check
 // of its own beyond the framer's limit).
 func fuzzServer() *mqtt.Server {
 	caps := mqtt.NewDefaultServerCapabilities()
-	caps.TopicAliasMaximum = topicAliasMaximum
+	caps.TopicAliasMaximum = TopicAliasMaximum
 	caps.MaximumClientWritesPending = 16
 	caps.MaximumPacketSize = 1 << 16
 	return mqtt.New(&mqtt.Options{Capabilities: caps, Logger: slog.New(slog.DiscardHandler),
@@ -40,8 +40,8 @@ func fuzzServer() *mqtt.Server {
 }
 
 // FuzzInboundAfterConnect feeds arbitrary bytes after a valid CONNECT
-// through the real inbound path, in process: a clientConn and its framer
-// (the socket delivering them chunk bytes at a time), then the substrate's
+// through the real inbound path, in process: a Framer (the socket
+// delivering them chunk bytes at a time), then the substrate's
 // own reader — Client.ReadFixedHeader and Client.ReadPacket, the calls its
 // read loop makes — and the checks its processPacket runs before acting on
 // a packet. Any panic fails (issue 12 item 0b); so does a packet the framer
@@ -76,8 +76,7 @@ func FuzzInboundAfterConnect(f *testing.F) {
 			connect = fuzzConnect311
 		}
 		stream := append(append([]byte{}, connect...), data...)
-		c := scriptedConn(t, framer{connectLimit: 1 << 16, packetLimit: 1 << 16}, stream, int(chunk)+1)
-		cl := srv.NewClient(c.clientConn, "fuzz", "", false)
+		cl := srv.NewClient(newScript(1<<16, 1<<16, stream, int(chunk)+1), "fuzz", "", false)
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
 			t.Fatalf("the CONNECT's fixed header: %v", err)
@@ -104,7 +103,7 @@ func FuzzInboundAfterConnect(f *testing.F) {
 			// What processPacket checks before it acts on a packet.
 			switch pk.FixedHeader.Type {
 			case packets.Publish:
-				pk.PublishValidate(topicAliasMaximum)
+				pk.PublishValidate(TopicAliasMaximum)
 			case packets.Subscribe:
 				pk.SubscribeValidate()
 			case packets.Unsubscribe:
@@ -123,7 +122,7 @@ func endedAsRefused(t *testing.T, err error) {
 	t.Helper()
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, errRefused), errors.Is(err, errPacketTooLarge):
+		errors.Is(err, errRefusedHere):
 		return
 	}
 	t.Fatalf("the substrate could not read a packet the framer handed on: %v", err)
@@ -150,8 +149,7 @@ func FuzzInboundConnect(f *testing.F) {
 		f.Add(uint8(255), unhex(seed))
 	}
 	f.Fuzz(func(t *testing.T, chunk uint8, data []byte) {
-		c := scriptedConn(t, framer{connectLimit: 1 << 16, packetLimit: 1 << 16}, data, int(chunk)+1)
-		cl := srv.NewClient(c.clientConn, "fuzz", "", false)
+		cl := srv.NewClient(newScript(1<<16, 1<<16, data, int(chunk)+1), "fuzz", "", false)
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
 			endedAsRefused(t, err)
