@@ -347,7 +347,11 @@
 //     Broker.publishWill, Broker.writeRetained (no more retained values
 //     unacknowledged than the Receive Maximum), Broker.holdRetained (what
 //     waits for room bounded by session_queue_bytes), refusedRecord.add and
-//     lostRecord.add (the operations listener's records).
+//     lostRecord.add (the operations listener's records). rfcs/bounds.md
+//     tables every accumulator that grows with client input, the key or
+//     constant bounding it and what a client gets at the bound;
+//     TestInvariant13_AccumulatorTableNamesRealKeys (bounds_test.go) holds
+//     its keys and names to the configuration and the code.
 //  14. memory durability is exactly the last snapshot: Broker.provider
 //     (the snapshot itself is the memory provider's).
 //  15. a restart never resurrects a delivery: Broker.openChannels,
