@@ -274,10 +274,12 @@
 // callee only starts it in a go statement (pumpRun.goLocked) or is
 // time.AfterFunc. It fails naming the function and the call path when a
 // lock is taken under one of the same or a greater rank, or when a lock
-// the table does not name nests with one it does. It does not follow
-// calls through a function value kept in a field, nor into other packages
-// (the substrate's and the storage providers' locks, below); a TryLock is
-// never itself a finding, as it cannot wait. TestLockOrderCatchesAnInversion
+// the table does not name nests with one it does, and on a function that
+// may return holding a lock (its caller's walk would not see it held),
+// but for three it names and says why. It does not follow calls through a
+// function value kept in a field, nor into other packages (the
+// substrate's and the storage providers' locks, below); a TryLock is never
+// itself a finding, as it cannot wait. TestLockOrderCatchesAnInversion
 // is its negative control: the same walk on testdata/lockorder/inverted,
 // where session.mu is held while a callee two calls down takes Broker.mu.
 //

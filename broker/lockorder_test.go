@@ -74,15 +74,25 @@ func TestLockOrderFollowsDocMap(t *testing.T) {
 			t.Errorf("doc.go's lock order names %s, which no function of the package takes", name)
 		}
 	}
+	// A function that returns holding a lock hides what its caller takes
+	// under it from the walk; these are the ones read and found not to.
+	known := map[string]string{
+		"Broker.publishPathOpen": "the TryLocks in its ifs count as held on the paths that fail them",
+		"clientConn.write":       "returns through flushOwn, which lets go of connWriter.mu",
+		"latestConsumer.offer":   "returns through its wait literal, which lets go of latestConsumer.mu",
+	}
+	for _, l := range res.Leaks {
+		fn, _, _ := strings.Cut(l, " ")
+		if known[fn] == "" {
+			t.Errorf("%s: the walk does not follow a lock returned held into the caller; make it let go, or read its callers and add it here with why", l)
+		}
+	}
 	if res.Funcs < 500 || len(res.Nestings) < 30 {
 		t.Fatalf("walked %d functions and saw %d nestings: the walk is broken", res.Funcs, len(res.Nestings))
 	}
 	if testing.Verbose() {
 		for _, n := range res.Nestings {
 			t.Logf("%s → %s (%s)", n.Held, n.Taken, n.Witness)
-		}
-		for _, l := range res.Leaks {
-			t.Logf("not followed into the caller: %s", l)
 		}
 	}
 }

@@ -34,7 +34,19 @@
 //     caller's, and is walked only as a function of its own;
 //   - a deferred call is taken as made where the defer statement stands;
 //   - a *sync.Mutex parameter is resolved at each call site to the lock
-//     the caller passes (pumpRun.stopUnder(&c.mu) takes consumer.mu).
+//     the caller passes (pumpRun.stopUnder(&c.mu) takes consumer.mu);
+//   - a local variable bound to a function literal or to a lock's method
+//     value (unlock := mu.RUnlock) is called as what it is bound to;
+//   - a callee that unlocks a lock it did not take lets go of its
+//     caller's (clientConn.flushOwn): what it takes after that is not
+//     counted against that lock. The caller's own walk still counts the
+//     lock as held after such a call, which can only add findings.
+//
+// A callee's exit state is not carried back the other way either: a lock a
+// function returns holding is not held in its caller's walk, which could
+// hide a finding. Result.Leaks lists every function that may return
+// holding a lock it took, so a caller of the checker can hold that list
+// to the few it has read.
 //
 // Not followed: calls through a function value held in a variable or a
 // field, and calls into other packages (the substrate's locks, a storage
@@ -190,7 +202,7 @@ func (c *checker) litFn(lit *ast.FuncLit, parent string) *fn {
 	if f := c.lits[lit]; f != nil {
 		return f
 	}
-	f := c.newFn(parent+" literal at "+c.pos(lit.Pos()), lit.Body, lit.Type)
+	f := c.newFn("a literal in "+parent+" ("+c.pos(lit.Pos())+")", lit.Body, lit.Type)
 	c.lits[lit] = f
 	c.queue = append(c.queue, f)
 	return f
