@@ -230,37 +230,65 @@
 //
 // # Locks
 //
-// Outer to inner: a lock may be held while taking one below it, never one
-// above. Checked by a call-graph walk of the package, not only read from
-// the RFCs; calls through interfaces and function values (an ackTarget, a
-// storage provider) are not followed, and are written to take no lock of
-// the caller's (deliveries.go).
+// Outer to inner, by rank: a lock may be held while taking one of a
+// greater rank, never one of its own rank (two of a row never nest, nor
+// two instances of one lock) or of a smaller one.
 //
-//	session.subscribing          held across a SUBSCRIBE, SUBACK and retained pass included
-//	Broker.retainedOrder         write-locked by subscribe for the retained pass; read-locked
-//	                             by a retained broadcast publish (receivePublish, publishWill,
-//	                             releaseBroadcast) across its store and fan-out
-//	channel.deleteMu             a latest delete's look-then-store (latest.go storeLatest, qos2.go pubrel)
-//	bcastLog.relief  qos2State.mu
-//	                             relief: making room at a full provider (bcastlog_full.go);
-//	                             qos2State.mu: the index of held QoS 2 publishes (qos2.go)
-//	Broker.mu                    the sessions map; takes session.mu (fireDueWills)
-//	consumer.mu  latestConsumer.mu  queueEngine.mu  shareGroup.mu  clientConn.smu
-//	                             never two of them at once
-//	outbox.mu                    takes encodings.mu only (outbox.countLocked → broadcastMsg.heldLocked)
-//	leaves (take no other lock of ours):
-//	  session.mu  deliveries.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu  authPenalties.mu
-//	  inbound.mu  publishBudgets.mu  gate.mu  admitListener.mu  door.mu  idClaims.mu
-//	  connWriter.mu  encodings.mu (a broadcast message's kept encodings, fanout_encode.go;
-//	                 never held while encoding)
-//	  refusedRecord.mu  lostRecord.mu (the operations listener's records: taken by a
-//	                 refusal and by a passing, from under any of the above)
+//	1  session.subscribing
+//	2  Broker.retainedOrder
+//	3  channel.deleteMu
+//	4  bcastLog.relief  qos2State.mu
+//	5  Broker.mu
+//	6  door.mu
+//	7  consumer.mu  latestConsumer.mu  queueEngine.mu  shareGroup.mu  clientConn.smu
+//	8  outbox.mu
+//	9  session.mu  deliveries.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu
+//	   authPenalties.mu  inbound.mu  publishBudgets.mu  gate.mu  admitListener.mu
+//	   idClaims.mu  connWriter.mu  encodings.mu
+//	10 refusedRecord.mu  lostRecord.mu
 //
-// The operations listener holds at most one of these at a time: /health
-// tries Broker.retainedOrder (read) and then Broker.mu, in that order,
-// each with TryLock, and lets go at once (health.go); the /v1 routes take
-// Broker.mu, then each session.mu, then a consumer.mu or queueEngine.mu,
-// each let go before the next (ops_views.go).
+// What each guards: session.subscribing is held across a SUBSCRIBE, its
+// SUBACK and retained pass included; Broker.retainedOrder is write-locked
+// by subscribe for the retained pass and read-locked by a retained
+// broadcast publish (receivePublish, publishWill, releaseBroadcast) across
+// its store and fan-out; channel.deleteMu is a latest delete's
+// look-then-store (latest.go storeLatest, qos2.go pubrel); bcastLog.relief
+// is making room at a full provider (bcastlog_full.go) and qos2State.mu
+// the index of held QoS 2 publishes (qos2.go); Broker.mu is the sessions
+// map (fireDueWills takes session.mu under it); door.mu is a door's Close,
+// held while it closes the door's connections (admitListener.Close); under
+// outbox.mu, outbox.countLocked takes encodings.mu (broadcastMsg.heldLocked),
+// a broadcast message's kept encodings (fanout_encode.go, never held while
+// encoding); refusedRecord.mu and lostRecord.mu are the operations
+// listener's records, taken by a refusal and by a passing from under any
+// of the others.
+//
+// lockorder_test.go holds the code to this table: TestLockOrderFollowsDocMap
+// type-checks the package and walks its call graph
+// (broker/internal/tools/lockorder). Every function and function literal is
+// walked in order with the locks it may hold (held on any path counts);
+// static calls are followed into the package's functions, a call through
+// an interface into every method of the package's types that implements
+// it (an ackTarget's acked), a *sync.Mutex parameter to the lock the
+// caller passes (pumpRun.stopUnder), and a function literal or method
+// value passed as an argument is taken as run during the call unless the
+// callee only starts it in a go statement (pumpRun.goLocked) or is
+// time.AfterFunc. It fails naming the function and the call path when a
+// lock is taken under one of the same or a greater rank, or when a lock
+// the table does not name nests with one it does, and on a function that
+// may return holding a lock (its caller's walk would not see it held),
+// but for three it names and says why. It does not follow calls through a
+// function value kept in a field, nor into other packages (the
+// substrate's and the storage providers' locks, below); a TryLock is never
+// itself a finding, as it cannot wait. TestLockOrderCatchesAnInversion
+// is its negative control: the same walk on testdata/lockorder/inverted,
+// where session.mu is held while a callee two calls down takes Broker.mu.
+//
+// The operations listener never waits for a lock while holding another:
+// /health takes Broker.retainedOrder (read) and then Broker.mu, in that
+// order, each with TryLock, and lets go at once (health.go); the /v1
+// routes take Broker.mu, then each session.mu, then a consumer.mu or
+// queueEngine.mu, each let go before the next (ops_views.go).
 //
 // The substrate's locks. Its client lock (mqtt.Client's embedded RWMutex) is
 // taken by its WritePacket around the socket write, so the substrate holds
@@ -322,7 +350,11 @@
 //     Broker.publishWill, Broker.writeRetained (no more retained values
 //     unacknowledged than the Receive Maximum), Broker.holdRetained (what
 //     waits for room bounded by session_queue_bytes), refusedRecord.add and
-//     lostRecord.add (the operations listener's records).
+//     lostRecord.add (the operations listener's records). rfcs/bounds.md
+//     tables every accumulator that grows with client input, the key or
+//     constant bounding it and what a client gets at the bound;
+//     TestInvariant13_AccumulatorTableNamesRealKeys (bounds_test.go) holds
+//     its keys and names to the configuration and the code.
 //  14. memory durability is exactly the last snapshot: Broker.provider
 //     (the snapshot itself is the memory provider's).
 //  15. a restart never resurrects a delivery: Broker.openChannels,
