@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The table of the eighteen invariants: for each, its guards — the tests
-# named TestInvariantNN_* in every module and the chaos harness's checks,
+# named TestInvariantNN_* in every module with each of their subtests, the
+# subtests named InvariantNN_* under any test (storagetest's conformance
+# cases, which each provider's TestInvariantConformance runs), and the chaos
+# harness's checks,
 # with the verdicts of the last chaos campaigns (make chaos-short writes them
 # under bin/chaos-short) — and the code that keeps it: every comment line
 # "// invariant N: ..." in non-test Go source, with file:line and the
@@ -32,6 +35,8 @@ if [ -n "$check" ]; then
   cd broker && "${tool[@]}" -check "$@" </dev/null
   exit
 fi
+# -run TestInvariant takes TestInvariantNN_* and TestInvariantConformance;
+# the tool counts each guard's subtests from the -json events.
 for m in storage broker examples linearizability chaos; do
   (cd "$m" && go test -count=1 -short -json -run 'TestInvariant' ./... 2>/dev/null) >>"$out"
 done

@@ -61,6 +61,11 @@ type Faults struct {
 	// was written at the next offset and before the hold is deleted. An
 	// error must undo the write: never both, never neither (rfcs/qos2-holds.md).
 	BetweenReleaseHalves func() error
+	// SyncSnapshot, when set, is called in place of f.Sync to sync a
+	// snapshot file's replacement before its rename, and must sync it: a
+	// test records which files were synced, at what size, so a missing
+	// fsync is seen without a power-cut filesystem (invariant 14).
+	SyncSnapshot func(f *os.File) error
 }
 
 // Provider is a memory provider. It implements storage.Provider.

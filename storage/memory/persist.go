@@ -145,7 +145,7 @@ func (p *Provider) writeFile(name string, data []byte) (err error) {
 		return err
 	}
 	// invariant 14: the replacement is synced before it takes the known-good file's name.
-	if err = f.Sync(); err != nil {
+	if err = p.syncSnapshot(f); err != nil {
 		return err
 	}
 	if err = f.Close(); err != nil {
@@ -157,6 +157,15 @@ func (p *Provider) writeFile(name string, data []byte) (err error) {
 		}
 	}
 	return os.Rename(tmp, final)
+}
+
+// syncSnapshot fsyncs a snapshot file's replacement, through the fault seam
+// when a test set one.
+func (p *Provider) syncSnapshot(f *os.File) error {
+	if hook := p.faults.SyncSnapshot; hook != nil {
+		return hook(f)
+	}
+	return f.Sync()
 }
 
 // mkdirDurable creates dir and any missing parents, syncing each parent

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +76,19 @@ var Cases = []Case{
 func Run(t *testing.T, open OpenFunc) {
 	for _, c := range slices.Concat(Cases, ValueCases, HoldCases, SubmitCases) {
 		t.Run(c.Name, func(t *testing.T) { c.Test(t, open) })
+	}
+}
+
+// RunGuards runs, as subtests, only the cases whose names begin with
+// "Invariant": the conformance cases that guard an invariant. A provider's
+// TestInvariantConformance calls it so that make invariants, which runs the
+// TestInvariant* tests, runs and counts them (a subtest named InvariantNN_*
+// counts for invariant NN) without running the whole suite.
+func RunGuards(t *testing.T, open OpenFunc) {
+	for _, c := range slices.Concat(Cases, ValueCases, HoldCases, SubmitCases) {
+		if strings.HasPrefix(c.Name, "Invariant") {
+			t.Run(c.Name, func(t *testing.T) { c.Test(t, open) })
+		}
 	}
 }
 

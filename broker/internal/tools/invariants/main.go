@@ -7,7 +7,9 @@
 // source rather than by matching text, so a marker names where it is.
 //
 // It reads the output of `go test -json` on standard input and gives each
-// guard's pass/fail; with -check it runs nothing and reads nothing, and the
+// guard's pass/fail, counting its subtests and naming a failed one; a
+// subtest named InvariantNN_* (a storagetest conformance case) is a guard
+// of NN under whatever test runs it; with -check it runs nothing and reads nothing, and the
 // guards are the test functions the source declares (the cheap mode make
 // test runs). -catalog names the chaos checks (chaos -catalog) and -reports
 // the report.json files of the last chaos campaigns (make chaos-short), whose
@@ -20,11 +22,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -76,7 +81,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "invariants:", err)
 		return 2
 	}
-	var results map[string]string
+	var results map[testKey]string
 	if !o.check {
 		if results, err = readResults(stdin); err != nil {
 			fmt.Fprintln(stderr, "invariants:", err)
@@ -93,13 +98,35 @@ type event struct {
 	Test    string
 }
 
-var guardName = regexp.MustCompile(`^TestInvariant(\d\d)_[^/]+$`)
+// guardSegment is a test name, or one level of a subtest's name, that says
+// which invariant it guards: TestInvariantNN_* at the top, InvariantNN_* for
+// a subtest (a storagetest conformance case, say) under any parent.
+var guardSegment = regexp.MustCompile(`^(?:Test)?Invariant(\d\d)_`)
 
-// readResults reads `go test -json` and returns each guard's outcome by
-// "package.Test": "pass", "fail" or "skip". Subtests are the guard's own
-// business: its outcome is the top-level test's.
-func readResults(r io.Reader) (map[string]string, error) {
-	results := map[string]string{}
+// guardOf finds the guard a test path belongs to: the path down to its
+// deepest level named for an invariant, and that invariant. Levels below it
+// are the guard's subtests; a path with no such level is no guard's.
+func guardOf(test string) (n int, guard string, ok bool) {
+	levels := strings.Split(test, "/")
+	for i := len(levels) - 1; i >= 0; i-- {
+		m := guardSegment.FindStringSubmatch(levels[i])
+		if m == nil || i == 0 && !strings.HasPrefix(levels[0], "Test") || i > 0 && strings.HasPrefix(levels[i], "Test") {
+			continue
+		}
+		n, _ = strconv.Atoi(m[1])
+		return n, strings.Join(levels[:i+1], "/"), true
+	}
+	return 0, "", false
+}
+
+// testKey names one test or subtest of one package.
+type testKey struct{ pkg, test string }
+
+// readResults reads `go test -json` and returns the outcome ("pass",
+// "fail" or "skip") of every test that is a guard or one of a guard's
+// subtests, at any depth.
+func readResults(r io.Reader) (map[testKey]string, error) {
+	results := map[testKey]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
 	for sc.Scan() {
@@ -110,10 +137,10 @@ func readResults(r io.Reader) (map[string]string, error) {
 		if e.Action != "pass" && e.Action != "fail" && e.Action != "skip" {
 			continue
 		}
-		if !guardName.MatchString(e.Test) {
+		if _, _, ok := guardOf(e.Test); !ok {
 			continue
 		}
-		key := e.Package + "." + e.Test
+		key := testKey{e.Package, e.Test}
 		if results[key] == "fail" {
 			continue // a guard that failed once failed
 		}
@@ -125,43 +152,126 @@ func readResults(r io.Reader) (map[string]string, error) {
 	return results, nil
 }
 
+// guardRun is one guard as it ran: its own outcome and its subtests'.
+type guardRun struct {
+	n      int
+	key    testKey
+	action string
+	subs   map[string]string // subtest path below the guard → outcome
+	used   bool
+}
+
+// runs groups the results by guard.
+func runs(results map[testKey]string) map[testKey]*guardRun {
+	out := map[testKey]*guardRun{}
+	for k, action := range results {
+		n, g, _ := guardOf(k.test)
+		gk := testKey{k.pkg, g}
+		r := out[gk]
+		if r == nil {
+			r = &guardRun{n: n, key: gk, subs: map[string]string{}}
+			out[gk] = r
+		}
+		if g == k.test {
+			r.action = action
+		} else {
+			r.subs[strings.TrimPrefix(k.test, g+"/")] = action
+		}
+	}
+	return out
+}
+
+// tally is what one guard's run adds to its row: how many tests ran (the
+// guard and each subtest), whether any failed, and the lines that say so.
+func (r *guardRun) tally(name string) (counted int, failed bool, lines []string) {
+	switch r.action {
+	case "pass":
+		counted++
+	case "fail":
+		counted++
+		failed = true
+		name += " (FAILED)"
+	case "skip":
+		name += " (skipped)"
+	default:
+		name += " (not run)"
+	}
+	lines = append(lines, name)
+	var passed, skipped int
+	var bad []string
+	for _, sub := range slices.Sorted(maps.Keys(r.subs)) {
+		switch r.subs[sub] {
+		case "pass":
+			passed++
+		case "fail":
+			failed = true
+			bad = append(bad, "  subtest "+sub+" (FAILED)")
+		case "skip":
+			skipped++
+		}
+	}
+	counted += passed + len(bad)
+	if len(r.subs) > 0 {
+		lines = append(lines, fmt.Sprintf("  subtests: %d passed, %d failed, %d skipped", passed, len(bad), skipped))
+	}
+	return counted, failed, append(lines, bad...)
+}
+
 // row is one invariant's line of the table.
 type row struct {
 	n       int
 	guards  []string // printed, in order
-	counted int      // guards that count: run (or, with -check, declared) tests and chaos checks
+	counted int      // guards that count: run (or, with -check, declared) tests, their subtests, and chaos checks
 	failed  bool
 	code    []site // markers in the broker's own modules
 	others  []site // markers in harness modules: listed, not counted
 }
 
-func buildRows(t *tree, results map[string]string, catalog []chaosCheck, verdict map[string]string, o options) []row {
+func buildRows(t *tree, results map[testKey]string, catalog []chaosCheck, verdict map[string]string, o options) []row {
 	rows := make([]row, 19)
-	known := map[string]bool{}
+	ran := runs(results)
+	add := func(r *row, g *guardRun, name string) {
+		c, failed, lines := g.tally(name)
+		r.counted += c
+		r.failed = r.failed || failed
+		r.guards = append(r.guards, lines...)
+	}
 	for n := 1; n <= 18; n++ {
 		r := row{n: n}
 		for _, g := range t.guards[n] {
-			key := g.pkg + "." + g.name
-			known[key] = true
-			name := g.display()
 			if o.check {
-				r.guards = append(r.guards, name)
+				r.guards = append(r.guards, g.display())
 				r.counted++
 				continue
 			}
-			switch results[key] {
-			case "pass":
-				r.counted++
-			case "fail":
-				r.counted++
-				r.failed = true
-				name += " (FAILED)"
-			case "skip":
-				name += " (skipped)"
-			default:
-				name += " (not run)"
+			gr := ran[testKey{g.pkg, g.name}]
+			if gr == nil {
+				gr = &guardRun{subs: map[string]string{}}
 			}
-			r.guards = append(r.guards, name)
+			gr.used = true
+			add(&r, gr, g.display())
+		}
+		// Subtests named for an invariant (storagetest's conformance
+		// cases): each run is a guard of its own; one that never ran is
+		// listed as not run.
+		for _, c := range t.cases[n] {
+			if o.check {
+				r.guards = append(r.guards, c.display()+" (a subtest)")
+				r.counted++
+				continue
+			}
+			seen := false
+			for _, gk := range slices.SortedFunc(maps.Keys(ran), compareTestKeys) {
+				gr := ran[gk]
+				if gr.n != n || gr.used || path.Base(gr.key.test) != c.name || !strings.Contains(gr.key.test, "/") {
+					continue
+				}
+				gr.used, seen = true, true
+				add(&r, gr, t.displayPkg(gk.pkg)+"."+gk.test)
+			}
+			if !seen {
+				r.guards = append(r.guards, c.display()+" (a subtest, not run)")
+			}
 		}
 		for _, c := range catalog {
 			if !slices.Contains(c.Invariants, n) {
@@ -185,34 +295,18 @@ func buildRows(t *tree, results map[string]string, catalog []chaosCheck, verdict
 	}
 	// A guard that ran but that the source scan did not find (a package
 	// outside the root, say) still counts: the run is the evidence.
-	var extra []string
-	for key := range results {
-		if !known[key] {
-			extra = append(extra, key)
-		}
-	}
-	slices.Sort(extra)
-	for _, key := range extra {
-		i := strings.LastIndex(key, ".")
-		m := guardName.FindStringSubmatch(key[i+1:])
-		n, _ := strconv.Atoi(m[1])
-		if n < 1 || n > 18 {
+	for _, gk := range slices.SortedFunc(maps.Keys(ran), compareTestKeys) {
+		gr := ran[gk]
+		if gr.used || gr.n < 1 || gr.n > 18 {
 			continue
 		}
-		name := key
-		switch results[key] {
-		case "pass":
-			rows[n].counted++
-		case "fail":
-			rows[n].counted++
-			rows[n].failed = true
-			name += " (FAILED)"
-		case "skip":
-			name += " (skipped)"
-		}
-		rows[n].guards = append(rows[n].guards, name)
+		add(&rows[gr.n], gr, gk.pkg+"."+gk.test)
 	}
 	return rows[1:]
+}
+
+func compareTestKeys(a, b testKey) int {
+	return cmp.Or(cmp.Compare(a.pkg, b.pkg), cmp.Compare(a.test, b.test))
 }
 
 func printTable(w io.Writer, rows []row, t *tree, o options, haveCatalog bool, campaigns int) int {
@@ -243,6 +337,10 @@ func printTable(w io.Writer, rows []row, t *tree, o options, haveCatalog bool, c
 		}
 		fmt.Fprintf(w, "%-3d %-56s %-6s %6d %5d\n", r.n, titles[r.n], status, r.counted, len(r.code))
 		for _, g := range r.guards {
+			if sub, ok := strings.CutPrefix(g, "  "); ok { // a line about the guard above
+				fmt.Fprintf(w, "            %s\n", sub)
+				continue
+			}
 			fmt.Fprintf(w, "      guard %s\n", g)
 		}
 		for _, s := range r.code {
@@ -289,6 +387,13 @@ func strays(t *tree) []string {
 			ns = append(ns, n)
 		}
 	}
+	for n := range t.cases {
+		_, dup := t.sites[n]
+		_, dup2 := t.guards[n]
+		if !dup && !dup2 {
+			ns = append(ns, n)
+		}
+	}
 	slices.Sort(ns)
 	for _, n := range ns {
 		if n >= 1 && n <= 18 {
@@ -299,6 +404,9 @@ func strays(t *tree) []string {
 		}
 		for _, g := range t.guards[n] {
 			out = append(out, fmt.Sprintf("%s:%d %s: guards invariant %d, and there are eighteen", g.file, g.line, g.name, n))
+		}
+		for _, c := range t.cases[n] {
+			out = append(out, fmt.Sprintf("%s:%d %s: guards invariant %d, and there are eighteen", c.file, c.line, c.name, n))
 		}
 	}
 	return out

@@ -249,7 +249,7 @@ func TestFullModeReadsGoTestResults(t *testing.T) {
 		t.Fatalf("problems:\n%s\nwant:\n%s\noutput:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), out)
 	}
 	for _, line := range []string{
-		"      guard example.test/fixture.TestInvariant01_Floor (FAILED)\n",
+		"      guard example.test/fixture.TestInvariant01_Floor (FAILED)\n            subtests: 1 passed, 0 failed, 0 skipped\n",
 		"      guard example.test/fixture.TestInvariant02_Distinct (skipped)\n",
 		"      guard store.TestInvariant18_Told\n",
 	} {
@@ -257,7 +257,8 @@ func TestFullModeReadsGoTestResults(t *testing.T) {
 			t.Errorf("no line %q in:\n%s", line, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^1 +caught up vs position deleted: a stored floor +FAIL +1 +2$`).MatchString(out) ||
+	// The guard and its subtest both ran: two tests count for invariant 1.
+	if !regexp.MustCompile(`(?m)^1 +caught up vs position deleted: a stored floor +FAIL +2 +2$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^2 +resolution, retention and eviction are distinct +GAP +0 +1$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^3 +a superseded delivery cannot resolve anything +pass +1 +1$`).MatchString(out) {
 		t.Errorf("rows 1-3 are not FAIL, GAP, pass:\n%s", out)
@@ -316,5 +317,67 @@ func TestRepositoryKeepsEveryInvariant(t *testing.T) {
 	code, out := invoke(t, "", "-root", root, "-check", "-harness", "chaos,linearizability")
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, strings.Join(problemLines(out), "\n"))
+	}
+}
+
+// TestSubtestsNamedForAnInvariantAreItsGuards: a subtest at any depth
+// whose name begins InvariantNN_ is a guard of NN wherever it runs (the
+// storagetest conformance cases, run by each provider), a failed subtest
+// of a guard fails its invariant and is named, and -check lists the names
+// the source declares.
+func TestSubtestsNamedForAnInvariantAreItsGuards(t *testing.T) {
+	root := copyFixture(t, "guard_test.go", func(s string) string {
+		return strings.Replace(s, "func TestInvariant03_Stale(t *testing.T)         {}\n", "", 1)
+	})
+	cases := "package store\n\nvar cases = []string{\"Invariant03_" + "StaleAnswer\"}\n"
+	if err := os.WriteFile(filepath.Join(root, "store", "cases.go"), []byte(cases), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := invoke(t, "", "-root", root, "-check")
+	if code != 0 || !strings.Contains(out, "      guard store.Invariant03_StaleAnswer (a subtest)\n") {
+		t.Fatalf("-check: exit %d, the declared subtest not listed as invariant 3's guard:\n%s", code, out)
+	}
+
+	var in strings.Builder
+	ev := func(action, pkg, test string) {
+		in.WriteString(`{"Action":"` + action + `","Package":"` + pkg + `","Test":"` + test + `"}` + "\n")
+	}
+	const fx, st = "example.test/fixture", "example.test/fixture/store"
+	ev("pass", st, "TestConformance/variant/Invariant03_StaleAnswer")
+	ev("pass", st, "TestConformance/variant/Invariant03_StaleAnswer/deeper")
+	ev("pass", st, "TestInvariantConformance/Invariant03_StaleAnswer")
+	ev("pass", st, "TestConformance/variant/NotAGuard")
+	ev("fail", fx, "TestInvariant01_Floor/broken")
+	ev("pass", fx, "TestInvariant01_Floor/fine")
+	ev("fail", fx, "TestInvariant01_Floor")
+	for _, g := range []string{"02_Distinct", "04_OneHolder", "05_Atomic", "06_Puback", "07_Deadline", "08_Identity",
+		"09_Offsets", "10_Broker", "11_Wildcard", "12_Configuration", "13_Bounded"} {
+		ev("pass", fx, "TestInvariant"+g)
+	}
+	for _, g := range []string{"14_Snapshot", "15_NoLease", "16_Publisher", "17_Owner", "18_Told"} {
+		ev("pass", st, "TestInvariant"+g)
+	}
+	code, out = invoke(t, in.String(), "-root", root)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	}
+	if got, want := problemLines(out), []string{"invariant 1 (caught up vs position deleted: a stored floor): a guard failed"}; !slices.Equal(got, want) {
+		t.Fatalf("problems %q, want %q:\n%s", got, want, out)
+	}
+	for _, want := range []string{
+		"      guard example.test/fixture.TestInvariant01_Floor (FAILED)\n            subtests: 1 passed, 1 failed, 0 skipped\n            subtest broken (FAILED)\n",
+		"      guard store.TestConformance/variant/Invariant03_StaleAnswer\n            subtests: 1 passed, 0 failed, 0 skipped\n",
+		"      guard store.TestInvariantConformance/Invariant03_StaleAnswer\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^1 +caught up vs position deleted: a stored floor +FAIL +3 +2$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^3 +a superseded delivery cannot resolve anything +pass +3 +1$`).MatchString(out) {
+		t.Errorf("row 1 is not FAIL with 3 tests, or row 3 not pass with 3 (two runs of the case, one subtest):\n%s", out)
+	}
+	if strings.Contains(out, "NotAGuard") {
+		t.Errorf("a conformance case not named for an invariant is listed:\n%s", out)
 	}
 }

@@ -45,10 +45,24 @@ func (g guardSrc) display() string {
 	return g.dir + "." + g.name
 }
 
+// caseSrc is a subtest named for an invariant, as the source spells it: a
+// string literal "InvariantNN_*", the way storagetest names the
+// conformance cases that guard an invariant. Where it runs, and under which
+// parent, only a run tells.
+type caseSrc struct {
+	dir  string // directory relative to the root
+	name string
+	file string
+	line int
+}
+
+func (c caseSrc) display() string { return c.dir + "." + c.name }
+
 // tree is what a repository's Go source says about the invariants.
 type tree struct {
 	sites   map[int][]site
 	guards  map[int][]guardSrc
+	cases   map[int][]caseSrc
 	modules []module
 	files   int
 }
@@ -108,7 +122,7 @@ const maxFiles = 20000
 // build constraints, because code kept on one platform is still code that
 // keeps an invariant.
 func scan(root string) (*tree, error) {
-	t := &tree{sites: map[int][]site{}, guards: map[int][]guardSrc{}}
+	t := &tree{sites: map[int][]site{}, guards: map[int][]guardSrc{}, cases: map[int][]caseSrc{}}
 	var goFiles []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -159,6 +173,7 @@ func scan(root string) (*tree, error) {
 		if !ok {
 			continue // a Go file outside every module is built by nobody
 		}
+		t.addCases(fset, f, rel)
 		if strings.HasSuffix(rel, "_test.go") {
 			t.addGuards(fset, f, rel, mod)
 		} else {
@@ -178,6 +193,23 @@ func scan(root string) (*tree, error) {
 		})
 	}
 	return t, nil
+}
+
+// displayPkg names a package by its directory under the root, as the
+// table names guards, or by its path when no module here holds it.
+func (t *tree) displayPkg(pkg string) string {
+	for _, m := range t.modules { // longest directory first
+		if pkg == m.path {
+			return m.dir
+		}
+		if rest, ok := strings.CutPrefix(pkg, m.path+"/"); ok {
+			if m.dir == "." {
+				return rest
+			}
+			return m.dir + "/" + rest
+		}
+	}
+	return pkg
 }
 
 // modulePath reads the module line of a go.mod.
@@ -239,6 +271,36 @@ func (t *tree) addGuards(fset *token.FileSet, f *ast.File, rel string, mod modul
 			file: rel, line: fset.Position(fd.Pos()).Line,
 		})
 	}
+}
+
+var caseName = regexp.MustCompile(`^Invariant(\d\d)_\w+$`)
+
+// addCases records every string literal that is a subtest name for an
+// invariant, once per directory.
+func (t *tree) addCases(fset *token.FileSet, f *ast.File, rel string) {
+	dir := filepath.ToSlash(filepath.Dir(rel))
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING {
+			return true
+		}
+		v, err := strconv.Unquote(lit.Value)
+		if err != nil {
+			return true
+		}
+		m := caseName.FindStringSubmatch(v)
+		if m == nil {
+			return true
+		}
+		num, _ := strconv.Atoi(m[1])
+		for _, c := range t.cases[num] {
+			if c.dir == dir && c.name == v {
+				return true
+			}
+		}
+		t.cases[num] = append(t.cases[num], caseSrc{dir: dir, name: v, file: rel, line: fset.Position(lit.Pos()).Line})
+		return true
+	})
 }
 
 func (t *tree) addSites(fset *token.FileSet, f *ast.File, rel string, mod module) {
