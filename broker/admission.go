@@ -662,7 +662,7 @@ func (b *Broker) connackPromises(cl *mqtt.Client, pk packets.Packet) packets.Pac
 		return pk
 	}
 	pk.Properties.MaximumPacketSize = uint32(b.cfg.Broker.Limits.MaxMessageSize)
-	pk.Properties.TopicAliasMaximum = wire.TopicAliasMaximum // fixed (RFC 0002 §1.5): the alias table is bounded (invariant 13)
+	pk.Properties.TopicAliasMaximum = wire.TopicAliasMaximum // fixed (docs/configuration.md "`broker.limits`"): the alias table is bounded (invariant 13)
 	if g, all := b.grantsOf(cl); !all && g != nil {
 		// docs/security.md "A feature the ACL denies"; docs/security.md "Every refusal, and its code": what the ACL denies this client, said on its
 		// CONNACK; Retain Available stays 1 (channel topics still retain).

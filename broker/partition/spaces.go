@@ -39,7 +39,7 @@ type Disagreement struct {
 func (d Disagreement) String() string {
 	return fmt.Sprintf("clients %q and %q subscribe to %q declaring different partition counts (%d and %d): "+
 		"a topic whose slice exists in one space and not the other is received by one of them only, "+
-		"or by nobody; give every member of the group the same count (RFC 0003 client-declared partitioning)",
+		"or by nobody; give every member of the group the same count (docs/channels.md, Shared subscriptions: partitioning declared by the client)",
 		d.Client, d.Other, d.Filter, d.Partitions, d.OtherPartitions)
 }
 

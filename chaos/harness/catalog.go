@@ -61,7 +61,7 @@ var Catalog = []CheckInfo{
 	// rfcs/wills.md, not one of the eighteen.
 	{"will-early", nil, "a Will published before its connection ended plus its Will Delay Interval"},
 	{"will-cancelled-published", nil, "a Will published although its client resumed its session within the delay and then withdrew it"},
-	{"will-topic-accepted", nil, "a CONNECT whose Will topic holds a wildcard accepted (RFC 0003 refuses it 0x90)"},
+	{"will-topic-accepted", nil, "a CONNECT whose Will topic holds a wildcard accepted (docs/protocol.md: refused 0x90, a Will topic is a topic name)"},
 	// docs/channels.md "`latest`", not one of the eighteen: a latest consumer never sent an
 	// older value after a newer one; a point read of a key a latest channel
 	// holds is answered, on the asker's Response Topic, before its PUBACK.

@@ -54,7 +54,7 @@ func TestCatalogNamesEveryCheck(t *testing.T) {
 	}
 	for _, c := range Catalog {
 		if len(c.Invariants) == 0 && !slices.Contains(ruleOnly, c.Name) {
-			t.Errorf("catalog entry %q names no invariant and is not one of RFC 0003's own rules %v", c.Name, ruleOnly)
+			t.Errorf("catalog entry %q names no invariant and is not one of the delivery rules of docs/channels.md %v", c.Name, ruleOnly)
 		}
 	}
 }

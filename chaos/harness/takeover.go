@@ -221,7 +221,7 @@ func (t *takeoverClient) refused(ctx context.Context, owner *mconn) {
 		// session. Told as what it was, then closed; the owner, taken
 		// over, reconnects.
 		t.env.protocolFinding(0, "will-topic-accepted", chanEvents,
-			fmt.Sprintf("%s: a CONNECT with Will topic %q (a wildcard in a topic name) was accepted (CONNACK 0x00, RFC 0003 refuses it 0x90)", t.name, badWillTopic))
+			fmt.Sprintf("%s: a CONNECT with Will topic %q (a wildcard in a topic name) was accepted (CONNACK 0x00; docs/protocol.md: refused 0x90, a Will topic is a topic name)", t.name, badWillTopic))
 		t.env.note(Note{Kind: NoteConnack, Conn: c.id, ClientID: t.name, Channel: chanEvents, SessionPresent: c.sessionPresent(), Detail: "clean"})
 		t.env.note(Note{Kind: NoteTakeover, Conn: c.id, Peer: owner.id, ClientID: t.name, Sent: sent, End: sent, Received: 0})
 		c.close()

@@ -28,7 +28,7 @@ func AnyPacket(b []byte, f func(typ byte, body int) bool) bool {
 
 // EndsConnection reports whether b, whole packets, carries a refusing
 // CONNACK or a DISCONNECT: the end of the connection is then decided, and
-// its slot is let go before the answer is written (RFC 0002 §1.5
+// its slot is let go before the answer is written (docs/configuration.md "`broker.limits`"
 // connection admission).
 func EndsConnection(b []byte) bool {
 	return AnyPacket(b, func(typ byte, body int) bool {
