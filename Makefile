@@ -33,6 +33,11 @@ vet:
 vet-32:
 	@bash scripts/cross-vet.sh
 
+# Each module builds, vets and is tidy with GOWORK=off, as a lone checkout does.
+.PHONY: modules-standalone
+modules-standalone:
+	@bash scripts/modules-standalone.sh
+
 test-386:
 	@echo "== storage (GOARCH=386)"; cd storage && GOARCH=386 $(GO) test -count=1 -timeout 20m ./...
 	@echo "== broker invariant guards (GOARCH=386)"; cd broker && GOARCH=386 $(GO) test -count=1 -timeout 20m -run 'TestInvariant' ./...
@@ -48,7 +53,7 @@ test-386:
 # the harness's short campaigns with every negative control, and then
 # chaos-short: seeded campaigns against the real binary. First of all,
 # invariants-check: an invariant with no guard or no marked code fails CI.
-test: invariants-check vet vet-32
+test: invariants-check vet vet-32 modules-standalone
 	@set -o pipefail; for m in $(MODULES); do \
 	  echo "== $$m"; (cd $$m && $(GO) test -count=1 -timeout 20m ./...) || exit 1; \
 	done

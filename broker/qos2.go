@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/internal/logging"
 	"saguin.dev/storage"
 )
 
@@ -350,7 +351,18 @@ func (b *Broker) dropExchange(client string, pid uint16, ex qos2Exchange, why st
 		return
 	}
 	b.qos2.abandoned.Add(1)
-	b.log.Info("held QoS 2 publish abandoned", "client", client, "channel", ex.channel, "packet_id", pid, "reason", why)
+	b.logAbandoned(client, "held QoS 2 publish abandoned", "channel", ex.channel, "packet_id", pid, "reason", why)
+}
+
+// logAbandoned is the line a held exchange dropped unreleased writes,
+// rate-limited per client like a refusal (operations.md "No client can
+// make the log large"): a client that holds publishes and never releases
+// them, session after session, writes one line per interval, not one per
+// exchange. Every drop is counted in saguin_qos2_abandoned_total whether
+// its line is written or not.
+func (b *Broker) logAbandoned(client, msg string, args ...any) {
+	b.refusals.Refused(logging.Refusal{Level: slog.LevelInfo, Client: client, Kind: abandonedQoS2Hold,
+		Msg: msg, Args: args, ClientID: client})
 }
 
 // forgetPubrecLocked frees the substrate's PUBREC of an exchange taken out
@@ -512,8 +524,8 @@ func (b *Broker) startQoS2() {
 				continue
 			}
 			b.qos2.abandoned.Add(1)
-			b.log.Info("held QoS 2 publish abandoned at start", "provider", name, "channel", h.Channel,
-				"client", h.ClientID, "packet_id", h.PacketID, "reason", why)
+			b.logAbandoned(h.ClientID, "held QoS 2 publish abandoned at start", "provider", name, "channel", h.Channel,
+				"packet_id", h.PacketID, "reason", why)
 		}
 	}
 	b.background(b.qos2Loop)

@@ -27,7 +27,13 @@ const (
 	// 3: logged rather than answered) — not a refusal, but a worker
 	// repeating one would otherwise write a line per answer.
 	ignoredQueueAnswer = "queue answer ignored"
-	refusePacket       = logging.KindPacket // a packet the substrate refused, ending the connection
+	// abandonedQoS2Hold: a held QoS 2 publish dropped unreleased (session
+	// ended, expired, dropped at start: qos2.go) — not a refusal either,
+	// but a client holding and never releasing would otherwise write a
+	// line per exchange. Counted in saguin_qos2_abandoned_total, not in a
+	// refusal family.
+	abandonedQoS2Hold = "qos2 hold abandoned"
+	refusePacket      = logging.KindPacket // a packet the substrate refused, ending the connection
 )
 
 // publishRateReason begins the reason of a publish-rate refusal, which
@@ -136,10 +142,11 @@ func (b *Broker) refusalLoop(ctx context.Context) {
 }
 
 // RefusalCount is how many refusals of one kind ("publish", "publish
-// rate", "subscribe", "connect", "packet", "queue answer ignored") and
-// reason code the broker gave since it started: what the refusal metrics
-// (saguin_publish_refused_total, saguin_subscriptions_refused_total, …)
-// will read. Every refusal is counted, logged or not.
+// rate", "subscribe", "connect", "packet", "queue answer ignored", "qos2
+// hold abandoned") and reason code the broker gave since it started: what
+// the refusal metrics (saguin_publish_refused_total,
+// saguin_subscriptions_refused_total, …) will read. Every refusal is
+// counted, logged or not.
 type RefusalCount = logging.RefusalCount
 
 // RefusalCounts is every refusal count, sorted by kind and code.

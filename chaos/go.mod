@@ -3,15 +3,17 @@ module saguin.dev/chaos
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/eclipse/paho.golang v0.23.0
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.62.0
+	saguin.dev/linearizability v0.0.0
+	saguin.dev/storage v0.0.0
 )
 
 require (
-	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/eclipse/paho.golang v0.23.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
@@ -19,4 +21,9 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
+)
+
+replace (
+	saguin.dev/linearizability => ../linearizability
+	saguin.dev/storage => ../storage
 )
