@@ -7,7 +7,7 @@ BIN := bin/saguin
 MODULES := storage broker examples
 ALL_MODULES := storage broker chaos linearizability examples
 
-.PHONY: build run test vet vet-32 test-386 fuzz-short bench invariants invariants-check chaos-bin chaos-short chaos clean
+.PHONY: build run test vet vet-32 test-32 fuzz-short bench invariants invariants-check chaos-bin chaos-short chaos clean
 
 build:
 	@mkdir -p bin
@@ -24,12 +24,14 @@ vet:
 # 32-bit: every module builds for 32-bit and 64-bit targets alike
 # (docs/operations.md "32-bit devices").
 # vet-32: every module vetted (test files too) and built for 386 and for
-# arm with GOARM=7 (compile-only). test-386: the storage suite and the
-# broker's invariant guards run as 386 binaries, which an amd64 kernel runs
-# natively; the brokers those tests start are built for 386 too (brokertest
-# builds with the test's GOARCH); and, whole, the packages whose answers
-# every build must agree on: sizes (config), saguin-filter
-# bounds (partition) and topics. Both are part of make test.
+# arm with GOARM=7 (compile-only). test-32: the storage suite, the broker's
+# invariant guards and, whole, the packages whose answers every build must
+# agree on (config sizes, partition bounds, topics) run as 386 and as arm
+# (GOARM=7) binaries — natively where the kernel runs them, else under
+# qemu-user (scripts/test-32.sh says which way each set ran and its time;
+# SAGUIN_FORCE_EMULATED=1 forces the emulator). The brokers those tests
+# start are built for the same GOARCH and run the same way. Both are part
+# of make test.
 vet-32:
 	@bash scripts/cross-vet.sh
 
@@ -38,16 +40,15 @@ vet-32:
 modules-standalone:
 	@bash scripts/modules-standalone.sh
 
-test-386:
-	@echo "== storage (GOARCH=386)"; cd storage && GOARCH=386 $(GO) test -count=1 -timeout 20m ./...
-	@echo "== broker invariant guards (GOARCH=386)"; cd broker && GOARCH=386 $(GO) test -count=1 -timeout 20m -run 'TestInvariant' ./...
-	@echo "== broker config, partition, topic (GOARCH=386)"; cd broker && GOARCH=386 $(GO) test -count=1 -timeout 10m ./config ./partition ./topic
+test-32:
+	@bash scripts/test-32.sh
 
 # Every module's tests. -count=1: never report a cached pass for a broker
 # that talks to real sockets.
-# After the 64-bit module tests, test-386 runs the storage suite and the
-# invariant guards again as 386 binaries (and broker's own tests include a
-# data directory moved between the amd64 and the 386 build, both ways).
+# After the 64-bit module tests, test-32 runs the storage suite and the
+# invariant guards again as 386 and arm binaries (and broker's own tests
+# include a data directory moved between the amd64 build and each 32-bit
+# one, both ways).
 # linearizability runs its -short set here (its long property runs are for
 # make chaos); chaos runs the power-cut filesystem's tests (FUSE, as root),
 # the harness's short campaigns with every negative control, and then
@@ -58,7 +59,7 @@ test: invariants-check vet vet-32 modules-standalone
 	  echo "== $$m"; (cd $$m && $(GO) test -count=1 -timeout 20m ./...) || exit 1; \
 	done
 	@echo "== broker, fault-injection build (a panic ends one connection)"; cd broker && $(GO) test -count=1 -tags saguinfaults -run '^TestFaultBuild' . ./internal/faults/
-	@$(MAKE) --no-print-directory test-386
+	@$(MAKE) --no-print-directory test-32
 	@echo "== linearizability"; cd linearizability && $(GO) test -count=1 -short -timeout 10m ./...
 	@echo "== chaos (faultfs, harness, negative controls)"; cd chaos && $(GO) test -count=1 -short -timeout 20m ./...
 	@$(MAKE) --no-print-directory fuzz-short

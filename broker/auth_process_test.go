@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -22,7 +21,7 @@ func passwdAdd(t *testing.T, path, user, password string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, brokertest.Binary(t), "--passwd", "add", path, user)
+	cmd := brokertest.CommandContext(ctx, t, "--passwd", "add", path, user)
 	cmd.Stdin = strings.NewReader(password + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("saguin --passwd add %s %s: %v\n%s", path, user, err, out)

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -401,7 +400,7 @@ channels:
     filter: "events/#"
 `)
 	var stdout, stderr brokertest.LogBuffer
-	cmd := exec.Command(brokertest.Binary(t), "--config", cfg)
+	cmd := brokertest.Command(t, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -46,11 +46,16 @@ func wordSizeConfig(provider string) string {
 // between PUBREC and PUBREL, the retained message — and go on numbering
 // where the first left off (invariant 9). Both directions, both providers.
 func TestDataDirectoryServedByTheOtherWordSize(t *testing.T) {
-	wide, narrow := brokertest.HostWordSizes(t)
-	bins := map[string]string{wide: brokertest.BinaryFor(t, wide), narrow: brokertest.BinaryFor(t, narrow)}
+	wide, narrows := brokertest.HostWordSizes(t)
+	bins := map[string]string{wide: brokertest.BinaryFor(t, wide)}
+	classes := map[string]elf.Class{wide: elf.ELFCLASS64}
+	for _, narrow := range narrows {
+		bins[narrow] = brokertest.BinaryFor(t, narrow)
+		classes[narrow] = elf.ELFCLASS32
+	}
 	// A binary that is not the width its name says would make this test
 	// prove nothing: read the ELF header.
-	for arch, want := range map[string]elf.Class{wide: elf.ELFCLASS64, narrow: elf.ELFCLASS32} {
+	for arch, want := range classes {
 		f, err := elf.Open(bins[arch])
 		if err != nil {
 			t.Fatalf("the %s build: %v", arch, err)
@@ -61,8 +66,12 @@ func TestDataDirectoryServedByTheOtherWordSize(t *testing.T) {
 		_ = f.Close()
 	}
 	providers := []struct{ name, conf string }{{"sqlite", sqliteProvider}, {"memory-snapshot", memoryProvider}}
+	var moves [][2]string
+	for _, narrow := range narrows {
+		moves = append(moves, [2]string{wide, narrow}, [2]string{narrow, wide})
+	}
 	for _, pr := range providers {
-		for _, dir := range [][2]string{{wide, narrow}, {narrow, wide}} {
+		for _, dir := range moves {
 			t.Run(pr.name+"/"+dir[0]+"-to-"+dir[1], func(t *testing.T) {
 				t.Parallel()
 				data := t.TempDir()

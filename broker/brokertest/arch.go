@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"saguin.dev/storage/storagetest/emulate"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,9 @@ func BinaryFor(t testing.TB, goarch string) string {
 	// turns it off for a cross build; the host's build then shares the
 	// build cache with every other test's.
 	cmd.Env = append(os.Environ(), "GOARCH="+goarch)
+	if goarch == "arm" {
+		cmd.Env = append(cmd.Env, "GOARM=7") // the ARMv7 devices the 32-bit sets stand for
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("GOARCH=%s go build ./cmd/saguin: %v\n%s", goarch, err, out)
 	}
@@ -47,23 +51,31 @@ func BinaryFor(t testing.TB, goarch string) string {
 	return bin
 }
 
-// HostWordSizes names the GOARCH pair this machine runs natively, 64-bit
-// first: amd64 runs 386 binaries and arm64 (with 32-bit support) runs arm.
-// The pair is the host's, read from the go command, not this test binary's
-// GOARCH.
-func HostWordSizes(t testing.TB) (wide, narrow string) {
+// HostWordSizes names the GOARCH of this host's kernel (64-bit) and the
+// 32-bit GOARCHes a test moves data to and from: 386 and arm (GOARM=7, the
+// Raspberry Pi class of device the broker is deployed on). Each narrow one
+// runs natively where the kernel runs it, else under qemu-user
+// (storagetest/emulate); where neither can, the test fails naming the
+// package to install, never skipping. The host is read from the go
+// command, not from this test binary's GOARCH (make test-32 runs the tests
+// themselves as 32-bit binaries).
+func HostWordSizes(t testing.TB) (wide string, narrow []string) {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOHOSTARCH").Output()
 	if err != nil {
 		t.Fatalf("go env GOHOSTARCH: %v", err)
 	}
-	switch host := strings.TrimSpace(string(out)); host {
-	case "amd64":
-		return "amd64", "386"
-	case "arm64":
-		return "arm64", "arm"
-	default:
-		t.Fatalf("a host of GOARCH %s has no 32-bit counterpart this test knows to run; it needs amd64 (runs 386) or arm64 (runs arm)", host)
-		return "", ""
+	wide = strings.TrimSpace(string(out))
+	if wide != "amd64" && wide != "arm64" {
+		t.Fatalf("a host of GOARCH %s is not 64-bit as this test knows it; it needs amd64 or arm64", wide)
 	}
+	for _, arch := range []string{"386", "arm"} {
+		way, err := emulate.For(arch)
+		if err != nil {
+			t.Fatalf("the %s build cannot run here: %v", arch, err)
+		}
+		t.Logf("word sizes: %s", way)
+		narrow = append(narrow, arch)
+	}
+	return wide, narrow
 }

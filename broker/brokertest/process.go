@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"saguin.dev/storage/storagetest/emulate"
 )
 
 var (
@@ -45,6 +48,36 @@ func Binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// Command is exec.Command for the built binary (Binary): the binary of the
+// test's GOARCH, which under make test-32 the kernel may not run itself,
+// is started the way storagetest/emulate decided (natively or under
+// qemu-user).
+func Command(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	return CommandFor(t, Binary(t), args...)
+}
+
+// CommandFor is Command for the binary at bin (BinaryFor builds one for
+// another GOARCH).
+func CommandFor(t testing.TB, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd, err := emulate.Command(bin, args...)
+	if err != nil {
+		t.Fatalf("running %s: %v", bin, err)
+	}
+	return cmd
+}
+
+// CommandContext is Command with the context exec.CommandContext takes.
+func CommandContext(ctx context.Context, t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd, err := emulate.CommandContext(ctx, Binary(t), args...)
+	if err != nil {
+		t.Fatalf("running the saguin binary: %v", err)
+	}
+	return cmd
 }
 
 // Process is the saguin binary running as a child process.
@@ -88,7 +121,7 @@ func (p *Process) start() {
 	if bin == "" {
 		bin = Binary(p.t)
 	}
-	p.cmd = exec.Command(bin, "--config", p.cfgPath)
+	p.cmd = CommandFor(p.t, bin, "--config", p.cfgPath)
 	// An io.Pipe rather than StdoutPipe: Wait runs concurrently and would
 	// close a StdoutPipe before everything was read.
 	stdout, pw := io.Pipe()
@@ -228,7 +261,7 @@ func (p *Process) Restart() {
 // combined output.
 func Run(t testing.TB, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(Binary(t), args...)
+	cmd := Command(t, args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -1,11 +1,12 @@
 package sqlite
 
 import (
+	"saguin.dev/storage/storagetest/emulate"
+
 	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,7 +58,12 @@ func TestHelperKilledReleaser(t *testing.T) {
 // exactly once (rfcs/qos2-holds.md: restart mid-exchange stores nothing twice).
 func TestInvariant14_KillNineMidReleaseLeavesHoldOrRecord(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKilledReleaser$", "-test.count=1")
+	// Through emulate: under make test-32 this test binary may be running
+	// under qemu-user, and so must the child it re-executes.
+	cmd, err := emulate.Command(os.Args[0], "-test.run=^TestHelperKilledReleaser$", "-test.count=1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd.Env = append(os.Environ(), "SAGUIN_SQLITE_HOLD_CHILD="+dir)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,10 +1,11 @@
 package sqlite
 
 import (
+	"saguin.dev/storage/storagetest/emulate"
+
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -72,7 +73,12 @@ func TestHelperKilledBroker(t *testing.T) {
 // file does not stop the restart.
 func TestInvariant14_KillNineKeepsEveryAcknowledgedRecord(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKilledBroker$", "-test.count=1")
+	// Through emulate: under make test-32 this test binary may be running
+	// under qemu-user, and so must the child it re-executes.
+	cmd, err := emulate.Command(os.Args[0], "-test.run=^TestHelperKilledBroker$", "-test.count=1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd.Env = append(os.Environ(), "SAGUIN_SQLITE_KILL_CHILD="+dir)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -73,7 +73,7 @@ func aclSetup(t *testing.T, acl string) string {
 // saguin runs the real binary with args and stdin.
 func saguin(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(brokertest.Binary(t), args...)
+	cmd := brokertest.Command(t, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

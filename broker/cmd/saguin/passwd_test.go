@@ -22,7 +22,7 @@ func saguinPasswd(t *testing.T, in io.Reader, args ...string) (code int, stdout,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, brokertest.Binary(t), append([]string{"--passwd"}, args...)...)
+	cmd := brokertest.CommandContext(ctx, t, append([]string{"--passwd"}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, &out, &errOut
 	err := cmd.Run()

@@ -205,7 +205,7 @@ func TestUnwritablePIDFileExitsOneNamingIt(t *testing.T) {
 	cfg := memoryConfig(t, dir, "  pid_file: \""+pidPath+"\"\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, brokertest.Binary(t), "--config", cfg).CombinedOutput()
+	out, err := brokertest.CommandContext(ctx, t, "--config", cfg).CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the broker ran on without its pid file:\n%s", out)
 	}

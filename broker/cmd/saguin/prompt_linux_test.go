@@ -59,7 +59,7 @@ func startOnTerminal(t *testing.T, args ...string) *onTerminal {
 	t.Helper()
 	ptm, pts := openPTY(t)
 	term := &onTerminal{t: t, ptm: ptm, pts: pts, exited: make(chan struct{}), readEnd: make(chan struct{})}
-	term.cmd = exec.Command(brokertest.Binary(t), args...)
+	term.cmd = brokertest.Command(t, args...)
 	term.cmd.Stdin, term.cmd.Stdout, term.cmd.Stderr = pts, pts, pts
 	term.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := term.cmd.Start(); err != nil {

@@ -20,6 +20,7 @@
 package emulate
 
 import (
+	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -249,6 +250,11 @@ func ArchOf(path string) (string, error) {
 // where the kernel runs it, else the emulator with the program as its
 // argument. Programs that are not ELF files (scripts) run as they are.
 func Command(name string, args ...string) (*exec.Cmd, error) {
+	return CommandContext(context.Background(), name, args...)
+}
+
+// CommandContext is Command with the context exec.CommandContext takes.
+func CommandContext(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
 	path := name
 	if !strings.Contains(name, "/") {
 		p, err := exec.LookPath(name)
@@ -261,7 +267,7 @@ func Command(name string, args ...string) (*exec.Cmd, error) {
 	if err != nil {
 		var fe *elf.FormatError
 		if errors.As(err, &fe) {
-			return exec.Command(name, args...), nil
+			return exec.CommandContext(ctx, name, args...), nil
 		}
 		return nil, err
 	}
@@ -270,7 +276,7 @@ func Command(name string, args ...string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	if w.Native() {
-		return exec.Command(name, args...), nil
+		return exec.CommandContext(ctx, name, args...), nil
 	}
-	return exec.Command(w.Emulator, append([]string{path}, args...)...), nil
+	return exec.CommandContext(ctx, w.Emulator, append([]string{path}, args...)...), nil
 }
