@@ -429,19 +429,17 @@ type matched struct {
 func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
 	var m matched
 	found := false
-	c.sess.mu.Lock()
-	defer c.sess.mu.Unlock()
-	for _, s := range c.sess.subs {
+	c.sess.eachSubscription(func(s subscription) {
 		// A declared slice narrows replay and live records alike; a record
 		// outside it is stepped past (RFC 0003 "Client-declared
 		// partitioning").
 		if !topic.Match(s.filter, rec.Topic) || !s.partition.Match(rec.Topic) {
-			continue
+			return
 		}
 		// No Local (RFC 0003 §7): the stored publisher id decides; a record
 		// with none is delivered.
 		if s.noLocal && rec.PublisherID != "" && rec.PublisherID == c.sess.id {
-			continue
+			return
 		}
 		found = true
 		if s.qos > m.qos {
@@ -452,7 +450,7 @@ func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
 		}
 		m.rap = m.rap || s.retainAsPublished
 		m.multiChannel = m.multiChannel || s.multiChannel
-	}
+	})
 	if found && m.qos > rec.QoS {
 		m.qos = rec.QoS // delivered at the lower of published and granted QoS
 	}

@@ -23,7 +23,9 @@
 // returns, PINGRESP). Everything else is Sagüin's: the door in front of the
 // socket (listen.go, admission.go, admission_frame.go, wire_check.go;
 // its TLS, WebSocket and PROXY layers in doors.go and broker/internal/door),
-// the session (session.go, session_lifecycle.go, ownership.go,
+// the session (session.go, session_lifecycle.go, session_state.go —
+// the only files that take session.mu or touch its mutable fields; the
+// rest reach its state through its methods there; ownership.go,
 // sessionstore.go, wills.go), storage of every publish to a channel
 // (publish.go, inbound.go, qos2.go, latest.go, retained.go) and every
 // delivery to a connection (deliveries.go; the pumps in consumer.go,
@@ -150,7 +152,7 @@
 // UNSUBSCRIBE. OnPacketRead refuses one from a connection that no longer
 // owns its session (ownership.go owns); the substrate removes the filters
 // and OnUnsubscribed calls subscribe.go unsubscribed, which stops the
-// consumers no filter reaches any more (latest.go unsubscribedLatest).
+// consumers no filter reaches any more (session.dropFilters).
 //
 // PINGREQ. Answered by the substrate; never held behind a commit
 // (OnPacketRead does not settle the pipeline for it).
@@ -243,12 +245,15 @@
 //	bcastLog.relief  qos2State.mu
 //	                             relief: making room at a full provider (bcastlog_full.go);
 //	                             qos2State.mu: the index of held QoS 2 publishes (qos2.go)
-//	Broker.mu                    the sessions map; takes session.mu (fireDueWills)
+//	Broker.mu                    the sessions map; takes session.mu (fireDueWills, through
+//	                             session.willDue)
 //	consumer.mu  latestConsumer.mu  queueEngine.mu  shareGroup.mu  clientConn.smu
 //	                             never two of them at once
 //	outbox.mu                    takes encodings.mu only (outbox.countLocked → broadcastMsg.heldLocked)
 //	leaves (take no other lock of ours):
-//	  session.mu  deliveries.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu  authPenalties.mu
+//	  session.mu (taken only inside the session's methods, session.go,
+//	             session_lifecycle.go, session_state.go; each one critical section)
+//	  deliveries.mu  fanout.mu  shares.mu  channel.mu  bcastLog.mu  authPenalties.mu
 //	  inbound.mu  publishBudgets.mu  gate.mu  admitListener.mu  door.mu  idClaims.mu
 //	  connWriter.mu  encodings.mu (a broadcast message's kept encodings, fanout_encode.go;
 //	                 never held while encoding)
@@ -319,8 +324,9 @@
 //     broadcastMsg.heldLocked (kept encodings paid for by held entries),
 //     Broker.holdPublish, publishBudgets.admit, Broker.endSessionKeeping,
 //     Broker.publishWill, Broker.writeRetained (no more retained values
-//     unacknowledged than the Receive Maximum), Broker.holdRetained (what
-//     waits for room bounded by session_queue_bytes), refusedRecord.add and
+//     unacknowledged than the Receive Maximum), Broker.holdRetained and
+//     session.keepRest (what waits for room bounded by
+//     session_queue_bytes), refusedRecord.add and
 //     lostRecord.add (the operations listener's records).
 //  14. memory durability is exactly the last snapshot: Broker.provider
 //     (the snapshot itself is the memory provider's).

@@ -97,15 +97,14 @@ type sessionFigures struct {
 // under its outbox's lock (never both at once).
 func (s *session) figures() sessionFigures {
 	var f sessionFigures
-	s.mu.Lock()
-	f.offline = s.cl == nil
-	f.willWaiting = s.will != nil && !s.will.due.IsZero()
-	for filter, m := range s.declared {
+	v := s.view()
+	f.offline = v.cl == nil
+	f.willWaiting = v.willWaiting
+	for filter, m := range v.declared {
 		if m.Declared() {
 			f.partitioned = append(f.partitioned, filter)
 		}
 	}
-	s.mu.Unlock()
 	if o := s.bcast.Load(); o != nil {
 		o.mu.Lock()
 		// What limits.session_queue_bytes counts (fanout.go offer).

@@ -7,11 +7,8 @@ import (
 	"strings"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-
 	"saguin.dev/broker/acl"
 	"saguin.dev/broker/internal/ops"
-	"saguin.dev/broker/partition"
 	"saguin.dev/broker/passwd"
 	"saguin.dev/storage"
 )
@@ -82,27 +79,14 @@ func capped(s []string, max int) []string {
 }
 
 // heldSession is what Sessions copies of one session under its lock.
-type heldSession struct {
-	id       string
-	cl       *mqtt.Client
-	expiry   time.Duration
-	protocol byte
-	lastSeen time.Time
-	declared map[string]partition.Matcher
-}
+type heldSession = sessionView
 
 // Sessions is /v1/operations/sessions: held sessions with no connection
 // first, longest away first, then the connected ones by client id.
 func (o opsSource) Sessions(max int) ops.Sessions {
 	var rows []heldSession
 	for _, s := range o.heldSessions() {
-		s.mu.Lock()
-		h := heldSession{id: s.id, cl: s.cl, expiry: s.expiry, protocol: s.protocol, lastSeen: s.lastSeen}
-		if len(s.declared) > 0 {
-			h.declared = maps.Clone(s.declared)
-		}
-		s.mu.Unlock()
-		rows = append(rows, h)
+		rows = append(rows, s.view())
 	}
 	out := ops.Sessions{Total: len(rows)}
 	for _, h := range rows {
@@ -184,14 +168,12 @@ func (o opsSource) Consumers(max int) ops.Consumers {
 	now := o.clock.Now()
 	live := map[string]map[string]readerAt{} // channel → reader → place
 	for _, s := range o.heldSessions() {
-		s.mu.Lock()
-		cons := maps.Clone(s.consumers)
-		seen := s.lastSeen
-		if s.cl != nil {
+		v := s.view()
+		seen := v.lastSeen
+		if v.cl != nil {
 			seen = now // connected: seen now
 		}
-		s.mu.Unlock()
-		for name, c := range cons {
+		for name, c := range v.consumers {
 			c.mu.Lock()
 			pos := c.positionLocked()
 			c.mu.Unlock()

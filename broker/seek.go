@@ -219,10 +219,7 @@ func (b *Broker) offsetAt(log storage.AppendLog, t time.Time) (uint64, error) {
 // and written tells the client before any record from the new position
 // flows. A session not yet reading the channel starts there when it does.
 func (b *Broker) moveConsumer(s *session, ch *channel, pos uint64, written func()) error {
-	s.mu.Lock()
-	c := s.consumers[ch.name]
-	durable, expiry := s.durable, s.expiry
-	s.mu.Unlock()
+	c, durable, expiry := s.seekTarget(ch.name)
 
 	if durable {
 		if err := ch.log.SavePosition(storage.Position{Reader: s.reader(), Offset: pos,
