@@ -64,6 +64,14 @@ func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
 
 // position is the lowest offset not acknowledged: what a restart resumes
 // from. It lags, never leads (RFC 0003 §8).
+// position is the consumer's position, read under its lock (its view for
+// the operations listener and the floor's check).
+func (c *consumer) position() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.positionLocked()
+}
+
 func (c *consumer) positionLocked() uint64 {
 	pos := c.next
 	for _, off := range c.inflight {

@@ -174,9 +174,7 @@ func (o opsSource) Consumers(max int) ops.Consumers {
 			seen = now // connected: seen now
 		}
 		for name, c := range v.consumers {
-			c.mu.Lock()
-			pos := c.positionLocked()
-			c.mu.Unlock()
+			pos := c.position()
 			if live[name] == nil {
 				live[name] = map[string]readerAt{}
 			}
@@ -257,30 +255,27 @@ func (o opsSource) Queue(name string, max int) (ops.Queue, bool, error) {
 	if q == nil {
 		return ops.Queue{}, false, nil
 	}
-	items, err := q.ch.queue.Items(0, max)
+	items, err := q.unresolved(max)
 	if err != nil {
 		return ops.Queue{}, true, err
 	}
-	out := ops.Queue{Channel: name, Unresolved: q.ch.queue.Depth(), Records: make([]ops.QueueRecord, len(items))}
-	q.mu.Lock()
-	for i, it := range items {
-		out.Records[i] = queueRecord(it, q.out[it.Offset])
+	out := ops.Queue{Channel: name, Unresolved: q.depth(), Records: make([]ops.QueueRecord, len(items))}
+	for i, j := range q.jobViews(items) {
+		out.Records[i] = queueRecord(items[i], j)
 	}
-	q.mu.Unlock()
 	out.Returned = len(out.Records)
 	return out, true, nil
 }
 
-// queueRecord is one job; d is its delivery out, nil while it waits.
-// Caller holds the engine's lock.
-func queueRecord(it storage.QueueItem, d *delivery) ops.QueueRecord {
+// queueRecord is one job; j is its delivery's view (queueEngine.jobViews).
+func queueRecord(it storage.QueueItem, j jobView) ops.QueueRecord {
 	r := ops.QueueRecord{Offset: it.Offset, Topic: it.Topic, Attempts: it.Attempts, State: "waiting",
 		FirstSeen: ops.TimeOf(it.Timestamp), LastSeen: ops.TimeOf(it.LastDelivered)}
 	switch {
-	case d == nil:
-	case d.state == leased:
-		holder := d.worker.sess.id
-		r.State, r.Holder, r.LeaseUntil = "leased", &holder, ops.TimeOf(d.deadline)
+	case !j.out:
+	case j.leased:
+		holder := j.holder
+		r.State, r.Holder, r.LeaseUntil = "leased", &holder, ops.TimeOf(j.leaseUntil)
 	default:
 		r.State = "delivering"
 	}

@@ -163,3 +163,29 @@ func TestSessionSeam_StateStaysInTheSessionsFiles(t *testing.T) {
 		t.Fatal("no selection of a session field found: the check reads nothing")
 	}
 }
+
+// The metric catalogue and the operations routes format views each type
+// builds of itself under its own lock (session.view, consumer.position,
+// queueEngine.figures and jobViews, outbox.queueFigures): they select no
+// field of a type that keeps its state under a lock. (The broker's and the
+// channels' fixed fields and atomic counters they still read directly;
+// docs: rfcs/delivery-seam.md "Left open".)
+func TestSessionSeam_ViewsReadNoLockedStateOfAnotherType(t *testing.T) {
+	src := loadTypedSource(t)
+	locked := []string{"session", "consumer", "latestConsumer", "queueEngine", "outbox", "delivery", "deliveries", "worker"}
+	views := []string{"metrics_snapshot.go", "ops_views.go"}
+	seen := 0
+	for _, s := range src.fieldSelections() {
+		if !slices.Contains(views, s.file) {
+			continue
+		}
+		seen++
+		if slices.Contains(locked, s.typ) {
+			t.Errorf("%s: %s.%s: format %s's view (%s.view or its like) instead", s.pos, s.typ, s.field, s.typ, s.typ)
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no field selection found in the view files: the check reads nothing")
+	}
+}
+

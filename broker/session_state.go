@@ -449,6 +449,9 @@ func (s *session) view() sessionView {
 	return v
 }
 
+// outbox is the session's outbox, nil until broadcast is first owed.
+func (s *session) outbox() *outbox { return s.bcast.Load() }
+
 // seekTarget is what a seek on append channel name needs of the session:
 // its consumer there (nil for none) and its durability, in one critical
 // section (seek.go moveConsumer).
