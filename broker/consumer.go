@@ -64,6 +64,26 @@ func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
 
 // position is the lowest offset not acknowledged: what a restart resumes
 // from. It lags, never leads (RFC 0003 §8).
+// seekTo moves the consumer to pos, stored already (seek.go
+// moveConsumer): the era ends, so acknowledgements of deliveries already in
+// flight are ignored, and written — the seek's reply — is called while the
+// pump is held off this consumer, so the reply precedes every record of
+// the new era.
+func (c *consumer) seekTo(pos uint64, written func()) {
+	c.mu.Lock()
+	c.era++
+	// Deliveries of the closed era stay in the session's ack table
+	// (deliveries.go) until the client acknowledges them: their packet identifiers must not
+	// be reused while the client holds them, or a late PUBACK would credit a
+	// record it never processed. The acknowledgement itself is ignored,
+	// because the consumer no longer lists the identifier.
+	c.inflight = make(map[uint16]uint64)
+	c.next, c.stored, c.dirty = pos, pos, false
+	written()
+	c.mu.Unlock()
+	c.poke()
+}
+
 // position is the consumer's position, read under its lock (its view for
 // the operations listener and the floor's check).
 func (c *consumer) position() uint64 {

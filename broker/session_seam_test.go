@@ -189,3 +189,48 @@ func TestSessionSeam_ViewsReadNoLockedStateOfAnotherType(t *testing.T) {
 	}
 }
 
+// A seek moves a consumer through consumer.seekTo, under the consumer's
+// lock in consumer.go: seek.go assigns no field of a consumer.
+func TestSessionSeam_SeekAssignsNoConsumerField(t *testing.T) {
+	src := loadTypedSource(t)
+	f := src.files["seek.go"]
+	if f == nil {
+		t.Fatal("seek.go not read")
+	}
+	assigned := func(e ast.Expr) {
+		for {
+			switch v := e.(type) {
+			case *ast.IndexExpr:
+				e = v.X
+				continue
+			case *ast.ParenExpr:
+				e = v.X
+				continue
+			case *ast.SelectorExpr:
+				if s, ok := src.sels[v]; ok && s.Kind() == types.FieldVal {
+					recv := s.Recv()
+					if p, ok := recv.(*types.Pointer); ok {
+						recv = p.Elem()
+					}
+					if n, ok := recv.(*types.Named); ok && n.Obj().Name() == "consumer" {
+						t.Errorf("%s: seek.go assigns consumer.%s: move it with consumer.seekTo", src.fset.Position(v.Pos()), v.Sel.Name)
+					}
+				}
+				e = v.X
+				continue
+			}
+			return
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch v := n.(type) {
+		case *ast.AssignStmt:
+			for _, l := range v.Lhs {
+				assigned(l)
+			}
+		case *ast.IncDecStmt:
+			assigned(v.X)
+		}
+		return true
+	})
+}
