@@ -35,9 +35,10 @@ type consumer struct {
 	mu sync.Mutex
 	// next is the next offset the pump reads (served-from).
 	next uint64
-	// inflight maps packet id → offset of each QoS>0 delivery not yet
-	// acknowledged, in the current era only.
-	inflight map[uint16]uint64
+	// inflight holds the offset of each QoS>0 delivery not yet
+	// acknowledged, in the current era only. The packet id is the
+	// deliveries' own: each exchange carries its offset back (consumerAck).
+	inflight map[uint64]struct{}
 	// batch is the pump's reusable buffer of prepared deliveries.
 	batch []prepared
 	// era ends when a seek moves the position: acknowledgements of
@@ -57,7 +58,7 @@ func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
 		b: b, sess: s, ch: ch,
 		next:     start,
 		stored:   start,
-		inflight: make(map[uint16]uint64),
+		inflight: make(map[uint64]struct{}),
 		wake:     make(chan struct{}, 1),
 	}
 }
@@ -77,7 +78,7 @@ func (c *consumer) seekTo(pos uint64, written func()) {
 	// be reused while the client holds them, or a late PUBACK would credit a
 	// record it never processed. The acknowledgement itself is ignored,
 	// because the consumer no longer lists the identifier.
-	c.inflight = make(map[uint16]uint64)
+	c.inflight = make(map[uint64]struct{})
 	c.next, c.stored, c.dirty = pos, pos, false
 	written()
 	c.mu.Unlock()
@@ -94,7 +95,7 @@ func (c *consumer) position() uint64 {
 
 func (c *consumer) positionLocked() uint64 {
 	pos := c.next
-	for _, off := range c.inflight {
+	for off := range c.inflight {
 		if off < pos {
 			pos = off
 		}
@@ -128,7 +129,7 @@ func (c *consumer) start(cl *mqtt.Client) {
 	// A new connection resumes from the lowest unacknowledged offset: the
 	// deliveries of the old one are gone with it.
 	c.next = c.positionLocked()
-	c.inflight = make(map[uint16]uint64)
+	c.inflight = make(map[uint64]struct{})
 	c.era++
 	from := c.next
 	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
@@ -139,12 +140,25 @@ func (c *consumer) start(cl *mqtt.Client) {
 // stop ends the pump and waits for it.
 func (c *consumer) stop() { c.pump.stopUnder(&c.mu) }
 
-// acked applies a PUBACK for packet id pid.
-func (c *consumer) acked(pid uint16) {
+// consumerAck is the cookie an append delivery's exchange carries
+// (deliveries.go): the consumer, the era it was sent in and the record's
+// offset, brought back to the consumer with the client's PUBACK or PUBCOMP.
+type consumerAck struct {
+	c      *consumer
+	era    uint64
+	offset uint64
+}
+
+func (a consumerAck) acked(pid uint16) { a.c.acked(pid, a.era, a.offset) }
+
+// acked applies a PUBACK (or PUBCOMP), under packet id pid, for the record
+// at offset sent in era.
+func (c *consumer) acked(pid uint16, era, offset uint64) {
 	c.mu.Lock()
-	_, held := c.inflight[pid]
+	_, held := c.inflight[offset]
+	held = held && c.era == era
 	if held {
-		delete(c.inflight, pid)
+		delete(c.inflight, offset)
 		c.dirty = c.positionLocked() != c.stored
 	}
 	c.mu.Unlock()
@@ -218,9 +232,9 @@ func (c *consumer) overtaken(era, floor uint64) {
 		return
 	}
 	from := c.next
-	for pid, off := range c.inflight {
+	for off := range c.inflight {
 		if off < floor {
-			delete(c.inflight, pid)
+			delete(c.inflight, off)
 		}
 	}
 	c.next = floor
@@ -340,13 +354,13 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		return batch, false
 	}
 	if m.qos > 0 {
-		if !c.sess.deliv.reserve(cl, c, routeAppend, &pk, now) {
+		if !c.sess.deliv.reserve(cl, consumerAck{c, era, rec.Offset}, routeAppend, &pk, now) {
 			// The window filled since it was looked at (another route
 			// took the room): the pump reads again, and waits there.
 			c.mu.Unlock()
 			return batch, false
 		}
-		c.inflight[pk.PacketID] = rec.Offset
+		c.inflight[rec.Offset] = struct{}{}
 	}
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
@@ -432,7 +446,7 @@ func (c *consumer) unsend(p prepared) {
 	c.mu.Lock()
 	if c.era == p.era {
 		if pid != 0 {
-			delete(c.inflight, pid)
+			delete(c.inflight, p.offset)
 		}
 		if p.offset < c.next {
 			c.next = p.offset
@@ -440,7 +454,7 @@ func (c *consumer) unsend(p prepared) {
 	}
 	c.mu.Unlock()
 	if pid != 0 {
-		c.sess.deliv.release(pid, c)
+		c.sess.deliv.release(pid, consumerAck{c, p.era, p.offset})
 	}
 }
 

@@ -126,7 +126,8 @@
 // clientConn.Write. The client's PUBACK, PUBREC or PUBCOMP reaches
 // OnPacketRead, which gives it to deliveries.ack when the connection owns
 // its session; the substrate never sees it. ack ends the exchange and tells
-// its target (consumer.acked, latestConsumer.acked, queueAck.acked,
+// its target (consumerAck.acked — the exchange carries the record's
+// offset and era back to consumer.acked —, latestConsumer.acked, queueAck.acked,
 // outbox.acked, retainedAck.acked), or, for a PUBREC, writes the PUBREL
 // (deliveries.writeAck) — except for a logged broadcast, whose PUBREL the
 // sender writes once the window saying it is owed is stored

@@ -234,3 +234,27 @@ func TestSessionSeam_SeekAssignsNoConsumerField(t *testing.T) {
 		return true
 	})
 }
+
+// An append delivery's exchange carries its offset and era back to the
+// consumer (consumerAck): the deliveries' table is the only one keyed by
+// packet id, and consumer.go keeps none of its own. (The latest, queue and
+// broadcast routes still keep theirs: rfcs/delivery-seam.md "Left open".)
+func TestSessionSeam_NoPacketIDTableOnTheAppendRoute(t *testing.T) {
+	src := loadTypedSource(t)
+	for _, name := range []string{"consumer.go"} {
+		f := src.files[name]
+		if f == nil {
+			t.Fatalf("%s not read", name)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			m, ok := n.(*ast.MapType)
+			if !ok {
+				return true
+			}
+			if k, ok := m.Key.(*ast.Ident); ok && k.Name == "uint16" {
+				t.Errorf("%s: a table keyed by packet id: let the exchange carry its cookie (deliveries.go)", src.fset.Position(m.Pos()))
+			}
+			return true
+		})
+	}
+}
