@@ -127,7 +127,7 @@
 // OnPacketRead, which gives it to deliveries.ack when the connection owns
 // its session; the substrate never sees it. ack ends the exchange and tells
 // its target (consumerAck.acked — the exchange carries the record's
-// offset and era back to consumer.acked —, latestConsumer.acked, queueAck.acked,
+// offset and era back to consumer.acked —, latestAck.acked, queueAck.acked,
 // outbox.acked, retainedAck.acked), or, for a PUBREC, writes the PUBREL
 // (deliveries.writeAck) — except for a logged broadcast, whose PUBREL the
 // sender writes once the window saying it is owed is stored

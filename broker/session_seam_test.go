@@ -235,13 +235,14 @@ func TestSessionSeam_SeekAssignsNoConsumerField(t *testing.T) {
 	})
 }
 
-// An append delivery's exchange carries its offset and era back to the
-// consumer (consumerAck): the deliveries' table is the only one keyed by
-// packet id, and consumer.go keeps none of its own. (The latest, queue and
-// broadcast routes still keep theirs: rfcs/delivery-seam.md "Left open".)
+// An append or latest delivery's exchange carries its cookie back to its
+// consumer (consumerAck, latestAck): the deliveries' table is the only one
+// keyed by packet id, and consumer.go and latest_consumer.go keep none of
+// their own. (The queue and broadcast routes still keep theirs:
+// rfcs/delivery-seam.md "The session behind methods".)
 func TestSessionSeam_NoPacketIDTableOnTheAppendRoute(t *testing.T) {
 	src := loadTypedSource(t)
-	for _, name := range []string{"consumer.go"} {
+	for _, name := range []string{"consumer.go", "latest_consumer.go"} {
 		f := src.files[name]
 		if f == nil {
 			t.Fatalf("%s not read", name)
