@@ -235,14 +235,16 @@ func TestSessionSeam_SeekAssignsNoConsumerField(t *testing.T) {
 	})
 }
 
-// An append or latest delivery's exchange carries its cookie back to its
-// consumer (consumerAck, latestAck): the deliveries' table is the only one
-// keyed by packet id, and consumer.go and latest_consumer.go keep none of
-// their own. (The queue and broadcast routes still keep theirs:
-// rfcs/delivery-seam.md "The session behind methods".)
+// An append, latest or queue delivery's exchange carries its cookie back
+// to its route (consumerAck, latestAck, queueAck with its job): the
+// deliveries' table is the only one keyed by packet id, and consumer.go,
+// latest_consumer.go and queue.go keep none of their own. (The broadcast
+// outbox still keeps its window by packet id, fanout.go onWire: the stored
+// window resends under the same identifiers, rfcs/delivery-seam.md "The
+// session behind methods".)
 func TestSessionSeam_NoPacketIDTableOnTheAppendRoute(t *testing.T) {
 	src := loadTypedSource(t)
-	for _, name := range []string{"consumer.go", "latest_consumer.go"} {
+	for _, name := range []string{"consumer.go", "latest_consumer.go", "queue.go"} {
 		f := src.files[name]
 		if f == nil {
 			t.Fatalf("%s not read", name)
