@@ -62,10 +62,12 @@
 // features it is denied; keep-alive ceiling);
 // OnSessionEstablish calls session_lifecycle.go establishSession, which
 // takes the client id's claim (ownership.go claimForConnect) and runs
-// claimSession — the old connection's pumps stopped and its deliveries
-// taken back, the position check of floor.go passedPositions, the Will
-// settled (wills.go settleWill), the session resumed or ended, and stored
-// before the CONNACK (sessionstore.go storeSession). The CONNACK is
+// claimSession's phases — the old connection's pumps stopped and its
+// deliveries taken back (takeFromOldConnection), the position check of
+// floor.go passedPositions (endsAtConnect), the Will settled (wills.go
+// settleWill), the session ended (endClaimedSession) or given to the
+// connection (giveSessionTo), and stored before the CONNACK
+// (storeClaimedSession, sessionstore.go storeSession). The CONNACK is
 // corrected as it is encoded (OnPacketEncode: ownership.go correctConnack,
 // admission.go connackPromises). OnSessionEstablished calls
 // sessionEstablished: deliveries.resume resends what was left
@@ -297,7 +299,7 @@
 //
 //  1. caught up vs position deleted (a stored floor): Broker.trim,
 //     consumer.prepare, consumer.flush, Broker.passedPositions,
-//     Broker.claimSession, Broker.startingPosition.
+//     Broker.endsAtConnect (claimSession's phase), Broker.startingPosition.
 //  2. resolution, retention and eviction are distinct: latestServable,
 //     queueEngine.sweepExpired, retainedExpired.
 //  3. a superseded delivery cannot resolve anything: queueEngine.answer,
@@ -349,5 +351,5 @@
 //  18. nothing is told before it is stored: outbox.pubrecd,
 //     hook.OnPacketRead, inbound.outcome, Broker.correctConnack,
 //     Broker.storeSessionOrRetry, Broker.pubrel, Broker.claimSession,
-//     Broker.disconnecting, Broker.subscribe, Broker.willLoop.
+//     Broker.storeClaimedSession, Broker.disconnecting, Broker.subscribe, Broker.willLoop.
 package broker

@@ -261,3 +261,29 @@ func TestSessionSeam_NoPacketIDTableOnTheAppendRoute(t *testing.T) {
 		})
 	}
 }
+
+// claimSession reads as its phases (takeFromOldConnection, endsAtConnect,
+// endClaimedSession, giveSessionTo, storeClaimedSession): its own body
+// stays short enough to see them all at once. (subscribe is not split
+// yet: rfcs/delivery-seam.md "The session behind methods".)
+func TestSessionSeam_ClaimSessionIsItsPhases(t *testing.T) {
+	src := loadTypedSource(t)
+	const maxLines = 50
+	found := false
+	for _, f := range src.files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Name.Name != "claimSession" || fd.Body == nil {
+				continue
+			}
+			found = true
+			from, to := src.fset.Position(fd.Body.Lbrace), src.fset.Position(fd.Body.Rbrace)
+			if n := to.Line - from.Line - 1; n > maxLines {
+				t.Errorf("%s: claimSession is %d lines (at most %d): split what it does into named phases", from, n, maxLines)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("claimSession not found")
+	}
+}
