@@ -358,9 +358,7 @@ func (b *Broker) flushBroadcast(s *session, force bool) {
 	if l == nil || o == nil {
 		return
 	}
-	s.mu.Lock()
-	durable, expiry := s.durable, s.expiry
-	s.mu.Unlock()
+	durable, expiry := s.durability()
 	if !durable {
 		return
 	}

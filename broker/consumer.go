@@ -35,9 +35,10 @@ type consumer struct {
 	mu sync.Mutex
 	// next is the next offset the pump reads (served-from).
 	next uint64
-	// inflight maps packet id → offset of each QoS>0 delivery not yet
-	// acknowledged, in the current era only.
-	inflight map[uint16]uint64
+	// inflight holds the offset of each QoS>0 delivery not yet
+	// acknowledged, in the current era only. The packet id is the
+	// deliveries' own: each exchange carries its offset back (consumerAck).
+	inflight map[uint64]struct{}
 	// batch is the pump's reusable buffer of prepared deliveries.
 	batch []prepared
 	// era ends when a seek moves the position: acknowledgements of
@@ -57,16 +58,44 @@ func newConsumer(b *Broker, s *session, ch *channel, start uint64) *consumer {
 		b: b, sess: s, ch: ch,
 		next:     start,
 		stored:   start,
-		inflight: make(map[uint16]uint64),
+		inflight: make(map[uint64]struct{}),
 		wake:     make(chan struct{}, 1),
 	}
 }
 
 // position is the lowest offset not acknowledged: what a restart resumes
 // from. It lags, never leads (docs/channels.md "`append`").
+// seekTo moves the consumer to pos, stored already (seek.go
+// moveConsumer): the era ends, so acknowledgements of deliveries already in
+// flight are ignored, and written — the seek's reply — is called while the
+// pump is held off this consumer, so the reply precedes every record of
+// the new era.
+func (c *consumer) seekTo(pos uint64, written func()) {
+	c.mu.Lock()
+	c.era++
+	// Deliveries of the closed era stay in the session's ack table
+	// (deliveries.go) until the client acknowledges them: their packet identifiers must not
+	// be reused while the client holds them, or a late PUBACK would credit a
+	// record it never processed. The acknowledgement itself is ignored,
+	// because the consumer no longer lists the identifier.
+	c.inflight = make(map[uint64]struct{})
+	c.next, c.stored, c.dirty = pos, pos, false
+	written()
+	c.mu.Unlock()
+	c.poke()
+}
+
+// position is the consumer's position, read under its lock (its view for
+// the operations listener and the floor's check).
+func (c *consumer) position() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.positionLocked()
+}
+
 func (c *consumer) positionLocked() uint64 {
 	pos := c.next
-	for _, off := range c.inflight {
+	for off := range c.inflight {
 		if off < pos {
 			pos = off
 		}
@@ -100,7 +129,7 @@ func (c *consumer) start(cl *mqtt.Client) {
 	// A new connection resumes from the lowest unacknowledged offset: the
 	// deliveries of the old one are gone with it.
 	c.next = c.positionLocked()
-	c.inflight = make(map[uint16]uint64)
+	c.inflight = make(map[uint64]struct{})
 	c.era++
 	from := c.next
 	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
@@ -111,12 +140,25 @@ func (c *consumer) start(cl *mqtt.Client) {
 // stop ends the pump and waits for it.
 func (c *consumer) stop() { c.pump.stopUnder(&c.mu) }
 
-// acked applies a PUBACK for packet id pid.
-func (c *consumer) acked(pid uint16) {
+// consumerAck is the cookie an append delivery's exchange carries
+// (deliveries.go): the consumer, the era it was sent in and the record's
+// offset, brought back to the consumer with the client's PUBACK or PUBCOMP.
+type consumerAck struct {
+	c      *consumer
+	era    uint64
+	offset uint64
+}
+
+func (a consumerAck) acked(pid uint16) { a.c.acked(pid, a.era, a.offset) }
+
+// acked applies a PUBACK (or PUBCOMP), under packet id pid, for the record
+// at offset sent in era.
+func (c *consumer) acked(pid uint16, era, offset uint64) {
 	c.mu.Lock()
-	_, held := c.inflight[pid]
+	_, held := c.inflight[offset]
+	held = held && c.era == era
 	if held {
-		delete(c.inflight, pid)
+		delete(c.inflight, offset)
 		c.dirty = c.positionLocked() != c.stored
 	}
 	c.mu.Unlock()
@@ -190,9 +232,9 @@ func (c *consumer) overtaken(era, floor uint64) {
 		return
 	}
 	from := c.next
-	for pid, off := range c.inflight {
+	for off := range c.inflight {
 		if off < floor {
-			delete(c.inflight, pid)
+			delete(c.inflight, off)
 		}
 	}
 	c.next = floor
@@ -312,13 +354,13 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		return batch, false
 	}
 	if m.qos > 0 {
-		if !c.sess.deliv.reserve(cl, c, routeAppend, &pk, now) {
+		if !c.sess.deliv.reserve(cl, consumerAck{c, era, rec.Offset}, routeAppend, &pk, now) {
 			// The window filled since it was looked at (another route
 			// took the room): the pump reads again, and waits there.
 			c.mu.Unlock()
 			return batch, false
 		}
-		c.inflight[pk.PacketID] = rec.Offset
+		c.inflight[rec.Offset] = struct{}{}
 	}
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
@@ -404,7 +446,7 @@ func (c *consumer) unsend(p prepared) {
 	c.mu.Lock()
 	if c.era == p.era {
 		if pid != 0 {
-			delete(c.inflight, pid)
+			delete(c.inflight, p.offset)
 		}
 		if p.offset < c.next {
 			c.next = p.offset
@@ -412,7 +454,7 @@ func (c *consumer) unsend(p prepared) {
 	}
 	c.mu.Unlock()
 	if pid != 0 {
-		c.sess.deliv.release(pid, c)
+		c.sess.deliv.release(pid, consumerAck{c, p.era, p.offset})
 	}
 }
 
@@ -429,19 +471,17 @@ type matched struct {
 func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
 	var m matched
 	found := false
-	c.sess.mu.Lock()
-	defer c.sess.mu.Unlock()
-	for _, s := range c.sess.subs {
+	c.sess.eachSubscription(func(s subscription) {
 		// A declared slice narrows replay and live records alike; a record
 		// outside it is stepped past (docs/channels.md "Client-declared
 		// partitioning").
 		if !topic.Match(s.filter, rec.Topic) || !s.partition.Match(rec.Topic) {
-			continue
+			return
 		}
 		// No Local (docs/channels.md "Broadcast"): the stored publisher id decides; a record
 		// with none is delivered.
 		if s.noLocal && rec.PublisherID != "" && rec.PublisherID == c.sess.id {
-			continue
+			return
 		}
 		found = true
 		if s.qos > m.qos {
@@ -452,7 +492,7 @@ func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
 		}
 		m.rap = m.rap || s.retainAsPublished
 		m.multiChannel = m.multiChannel || s.multiChannel
-	}
+	})
 	if found && m.qos > rec.QoS {
 		m.qos = rec.QoS // delivered at the lower of published and granted QoS
 	}

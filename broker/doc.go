@@ -24,7 +24,9 @@
 // socket (listen.go, admission.go; the byte-level wire checks in
 // broker/internal/wire; its TLS, WebSocket and PROXY layers in doors.go and
 // broker/internal/door),
-// the session (session.go, session_lifecycle.go, ownership.go,
+// the session (session.go, session_lifecycle.go, session_state.go —
+// the only files that take session.mu or touch its mutable fields; the
+// rest reach its state through its methods there; ownership.go,
 // sessionstore.go, wills.go), storage of every publish to a channel
 // (publish.go, inbound.go, qos2.go, latest.go, retained.go) and every
 // delivery to a connection (deliveries.go; the pumps in consumer.go,
@@ -32,7 +34,9 @@
 // fanout_send.go; the connection writer in conn_writer.go). hooks.go is
 // only the adapter between the two: each substrate event becomes one call
 // into the broker. The metric catalogue (broker/internal/metrics) reads
-// the broker's numbers through metrics_snapshot.go, one lock at a time,
+// the broker's numbers through metrics_snapshot.go, one lock at a time
+// (each through its type's own view: session.view, queueEngine.figures,
+// outbox.queueFigures),
 // at most once per min_scrape_interval; the per-packet counters it adds
 // are per group of connections (metrics_counters.go), and metrics.go is
 // the handler the operations listener mounts.
@@ -59,10 +63,12 @@
 // features it is denied; keep-alive ceiling);
 // OnSessionEstablish calls session_lifecycle.go establishSession, which
 // takes the client id's claim (ownership.go claimForConnect) and runs
-// claimSession — the old connection's pumps stopped and its deliveries
-// taken back, the position check of floor.go passedPositions, the Will
-// settled (wills.go settleWill), the session resumed or ended, and stored
-// before the CONNACK (sessionstore.go storeSession). The CONNACK is
+// claimSession's phases — the old connection's pumps stopped and its
+// deliveries taken back (takeFromOldConnection), the position check of
+// floor.go passedPositions (endsAtConnect), the Will settled (wills.go
+// settleWill), the session ended (endClaimedSession) or given to the
+// connection (giveSessionTo), and stored before the CONNACK
+// (storeClaimedSession, sessionstore.go storeSession). The CONNACK is
 // corrected as it is encoded (OnPacketEncode: ownership.go correctConnack,
 // admission.go connackPromises). OnSessionEstablished calls
 // sessionEstablished: deliveries.resume resends what was left
@@ -123,7 +129,8 @@
 // clientConn.Write. The client's PUBACK, PUBREC or PUBCOMP reaches
 // OnPacketRead, which gives it to deliveries.ack when the connection owns
 // its session; the substrate never sees it. ack ends the exchange and tells
-// its target (consumer.acked, latestConsumer.acked, queueAck.acked,
+// its target (consumerAck.acked — the exchange carries the record's
+// offset and era back to consumer.acked —, latestAck.acked, queueAck.acked,
 // outbox.acked, retainedAck.acked), or, for a PUBREC, writes the PUBREL
 // (deliveries.writeAck) — except for a logged broadcast, whose PUBREL the
 // sender writes once the window saying it is owed is stored
@@ -151,7 +158,7 @@
 // UNSUBSCRIBE. OnPacketRead refuses one from a connection that no longer
 // owns its session (ownership.go owns); the substrate removes the filters
 // and OnUnsubscribed calls subscribe.go unsubscribed, which stops the
-// consumers no filter reaches any more (latest.go unsubscribedLatest).
+// consumers no filter reaches any more (session.dropFilters).
 //
 // PINGREQ. Answered by the substrate; never held behind a commit
 // (OnPacketRead does not settle the pipeline for it).
@@ -175,8 +182,9 @@
 // The operations listener (rfcs/operations-listener.md; ops.go, served by
 // broker/internal/ops) answers HTTP beside all this and changes nothing:
 // /health takes the publish path's locks for a moment (health.go
-// publishPathOpen); the /v1/operations/ routes copy what they show under
-// the broker's locks (ops_views.go), or read the records the refusals
+// publishPathOpen); the /v1/operations/ routes format the views each type
+// copies of itself under its own lock (session.view, consumer.position,
+// queueEngine.jobViews; ops_views.go), or read the records the refusals
 // (refused_record.go, fed by the refusal log's observer noteRefusal) and
 // the retention floor's passings (position_record.go, fed by
 // positionPassed) keep; the operator password files load with the MQTT
@@ -317,7 +325,7 @@
 //
 //  1. caught up vs position deleted (a stored floor): Broker.trim,
 //     consumer.prepare, consumer.flush, Broker.passedPositions,
-//     Broker.claimSession, Broker.startingPosition.
+//     Broker.endsAtConnect (claimSession's phase), Broker.startingPosition.
 //  2. resolution, retention and eviction are distinct: latestServable,
 //     queueEngine.sweepExpired, retainedExpired.
 //  3. a superseded delivery cannot resolve anything: queueEngine.answer,
@@ -348,9 +356,9 @@
 //     broadcastMsg.heldLocked (kept encodings paid for by held entries),
 //     Broker.holdPublish, publishBudgets.admit, Broker.endSessionKeeping,
 //     Broker.publishWill, Broker.writeRetained (no more retained values
-//     unacknowledged than the Receive Maximum), Broker.holdRetained (what
-//     waits for room bounded by session_queue_bytes), refusedRecord.add and
-//     lostRecord.add (the operations listener's records). rfcs/bounds.md
+//     unacknowledged than the Receive Maximum), Broker.holdRetained and
+//     session.keepRest (what waits for room bounded by
+//     session_queue_bytes), refusedRecord.add and lostRecord.add (the operations listener's records). rfcs/bounds.md
 //     tables every accumulator that grows with client input, the key or
 //     constant bounding it and what a client gets at the bound;
 //     TestInvariant13_AccumulatorTableNamesRealKeys (bounds_test.go) holds
@@ -372,5 +380,5 @@
 //  18. nothing is told before it is stored: outbox.pubrecd,
 //     hook.OnPacketRead, inbound.outcome, Broker.correctConnack,
 //     Broker.storeSessionOrRetry, Broker.pubrel, Broker.claimSession,
-//     Broker.disconnecting, Broker.subscribe, Broker.willLoop.
+//     Broker.storeClaimedSession, Broker.disconnecting, Broker.subscribe, Broker.willLoop.
 package broker

@@ -694,3 +694,12 @@ func routeOf(e owed) route {
 	}
 	return routeBroadcast
 }
+
+// queueFigures is the outbox's read-only view for the metric catalogue:
+// what limits.session_queue_bytes counts (offer), messages and bytes,
+// under o.mu.
+func (o *outbox) queueFigures() (queued, bytes int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return int64(len(o.q)-o.head) + int64(len(o.onWire)), o.queued + o.writing + o.wire
+}

@@ -378,14 +378,5 @@ func (b *Broker) declaredOf(id string) map[string]partition.Matcher {
 	if s == nil {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.declared) == 0 {
-		return nil
-	}
-	out := make(map[string]partition.Matcher, len(s.declared))
-	for f, m := range s.declared {
-		out[f] = m
-	}
-	return out
+	return s.declarations()
 }

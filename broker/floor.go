@@ -96,12 +96,7 @@ type passedPosition struct {
 // start keeps its stored position as it was, below the floor or not, so
 // this finds it (sessionstore.go).
 func (b *Broker) passedPositions(s *session) ([]passedPosition, error) {
-	s.mu.Lock()
-	cons := make(map[string]*consumer, len(s.consumers))
-	for name, c := range s.consumers {
-		cons[name] = c
-	}
-	s.mu.Unlock()
+	cons := s.consumersByChannel()
 	names := make([]string, 0, len(b.channels))
 	for name, ch := range b.channels {
 		if ch.log != nil {

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"saguin.dev/broker/partition"
-	"slices"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -199,15 +198,23 @@ func (b *Broker) addLatestSubscriptions(s *session, cl *mqtt.Client, subs []late
 	}
 	var order []*reach
 	byName := map[string]*reach{}
-	s.mu.Lock()
+	var reaching []reachingFilter
+	var reachingChans [][]*channel
+	var reachingSubs []latestSubscribe
 	for _, ls := range subs {
 		reached := b.resolver.Reaching(ls.sub.Filter)
 		chans := b.latestChannelsOf(reached)
 		if len(chans) == 0 {
 			continue
 		}
-		sub := subscriptionOf(ls.sub, reached, s.declared[ls.sub.Filter])
-		s.subs[ls.sub.Filter] = sub
+		reaching = append(reaching, reachingFilter{ls.sub, reached})
+		reachingChans = append(reachingChans, chans)
+		reachingSubs = append(reachingSubs, ls)
+	}
+	// The filters are recorded together, in one critical section.
+	recorded := s.recordSubscriptions(reaching)
+	for i, ls := range reachingSubs {
+		sub, chans := recorded[i], reachingChans[i]
 		rh := ls.sub.RetainHandling
 		wantsPass := rh == 0 || (rh == 1 && !ls.existed)
 		for _, ch := range chans {
@@ -223,13 +230,9 @@ func (b *Broker) addLatestSubscriptions(s *session, cl *mqtt.Client, subs []late
 			}
 		}
 	}
-	s.mu.Unlock()
 
 	for _, r := range order {
-		s.mu.Lock()
-		c := s.latest[r.ch.name]
-		owned := s.cl == cl
-		s.mu.Unlock()
+		c, owned := s.latestOf(r.ch.name, cl)
 		if !owned {
 			break // taken over meanwhile: the new owner resumes the session
 		}
@@ -240,12 +243,9 @@ func (b *Broker) addLatestSubscriptions(s *session, cl *mqtt.Client, subs []late
 		}
 		c = newLatestConsumer(b, s, r.ch)
 		c.subscribed(r.filters, r.pass, deletions)
-		s.mu.Lock()
-		if s.latest[r.ch.name] == nil && s.cl == cl {
-			s.latest[r.ch.name] = c
+		if s.adoptLatest(r.ch.name, c, cl) {
 			fresh = append(fresh, c)
 		}
-		s.mu.Unlock()
 	}
 	return fresh, held
 }
@@ -260,37 +260,9 @@ func (b *Broker) restoreLatestSubscription(s *session, f packets.Subscription) {
 	if len(chans) == 0 {
 		return
 	}
-	sub := subscriptionOf(f, reached, s.declared[f.Filter])
-	s.subs[f.Filter] = sub
+	sub := s.restoreSubscription(f, reached)
 	for _, ch := range chans {
-		c := s.latest[ch.name]
-		if c == nil {
-			c = restoredLatestConsumer(b, s, ch)
-			s.latest[ch.name] = c
-		}
+		c := s.restoreLatest(ch.name, func() *latestConsumer { return restoredLatestConsumer(b, s, ch) })
 		c.restoreFilter(sub)
 	}
-}
-
-// unsubscribedLatest splits the session's latest consumers into those no
-// remaining filter reaches (removed from the session, for the caller to
-// stop) and the rest (for the caller to tell which filters went). Caller
-// holds s.mu.
-func (b *Broker) unsubscribedLatest(s *session) (gone, kept []*latestConsumer) {
-	for name, c := range s.latest {
-		still := false
-		for f := range s.subs {
-			if slices.Contains(b.resolver.Reaching(f), name) {
-				still = true
-				break
-			}
-		}
-		if still {
-			kept = append(kept, c)
-		} else {
-			gone = append(gone, c)
-			delete(s.latest, name)
-		}
-	}
-	return gone, kept
 }

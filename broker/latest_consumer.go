@@ -57,9 +57,13 @@ type latestConsumer struct {
 	// reader can neither lose a change nor have one sent before its SUBACK).
 	subs map[string]latestFilter
 	// passes owed, in SUBSCRIBE order.
-	passes   []statePass
-	passSeq  uint64
-	inflight map[uint16]latestDelivery
+	passes  []statePass
+	passSeq uint64
+	// inflight holds each QoS>0 delivery not yet acknowledged by the
+	// consumer's own number for it (sent); its exchange carries that
+	// number back (latestAck), so the packet id is the deliveries' alone.
+	inflight map[uint64]latestDelivery
+	sent     uint64
 	// resend: the previous connection's unacknowledged deliveries, checked
 	// against the store before anything else is sent (docs/channels.md "`latest`": a
 	// superseded one is dropped, a current one sent again).
@@ -108,6 +112,7 @@ const (
 type latestPrepared struct {
 	pk  packets.Packet
 	d   latestDelivery
+	seq uint64 // its number in inflight (QoS > 0)
 	src int
 	// pass is the id of the pass a fromPass delivery belongs to.
 	pass uint64
@@ -117,7 +122,7 @@ func newLatestConsumer(b *Broker, s *session, ch *channel) *latestConsumer {
 	return &latestConsumer{
 		b: b, sess: s, ch: ch,
 		subs:     make(map[string]latestFilter),
-		inflight: make(map[uint16]latestDelivery),
+		inflight: make(map[uint64]latestDelivery),
 		wake:     make(chan struct{}, 1),
 	}
 }
@@ -232,7 +237,7 @@ func (c *latestConsumer) start(cl *mqtt.Client) {
 			c.resend = append(c.resend, d)
 		}
 		slices.SortFunc(c.resend, func(a, b latestDelivery) int { return cmpU64(a.offset, b.offset) })
-		c.inflight = make(map[uint16]latestDelivery)
+		c.inflight = make(map[uint64]latestDelivery)
 	}
 	c.served = true
 	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
@@ -253,10 +258,20 @@ func cmpU64(a, b uint64) int {
 // stop ends the pump and waits for it.
 func (c *latestConsumer) stop() { c.pump.stopUnder(&c.mu) }
 
-// acked applies a PUBACK (or PUBCOMP) for packet id pid.
-func (c *latestConsumer) acked(pid uint16) {
+// latestAck is the cookie a latest delivery's exchange carries
+// (deliveries.go): the consumer and its number for the delivery, brought
+// back with the client's PUBACK or PUBCOMP.
+type latestAck struct {
+	c   *latestConsumer
+	seq uint64
+}
+
+func (a latestAck) acked(uint16) { a.c.acked(a.seq) }
+
+// acked applies a PUBACK (or PUBCOMP) for the delivery numbered seq.
+func (c *latestConsumer) acked(seq uint64) {
 	c.mu.Lock()
-	delete(c.inflight, pid)
+	delete(c.inflight, seq)
 	c.mu.Unlock()
 	c.poke()
 }
@@ -568,16 +583,19 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 		pk.FixedHeader.Retain = true
 	}
 	d := latestDelivery{offset: rec.Offset, topic: rec.Topic, state: state}
+	var seq uint64
 	if m.qos > 0 {
 		// Out of room in the client's window: wait for an acknowledgement.
-		if !c.sess.deliv.reserve(cl, c, routeLatest, &pk, now) {
+		seq = c.sent + 1
+		if !c.sess.deliv.reserve(cl, latestAck{c, seq}, routeLatest, &pk, now) {
 			return wait()
 		}
-		c.inflight[pk.PacketID] = d
+		c.sent = seq
+		c.inflight[seq] = d
 	}
 	c.advanceLocked(src, passID, rec.Offset)
 	c.mu.Unlock()
-	return addToRun(batch, latestPrepared{pk: pk, d: d, src: src, pass: passID}, func(run []latestPrepared) bool { return c.flush(cl, run) })
+	return addToRun(batch, latestPrepared{pk: pk, d: d, seq: seq, src: src, pass: passID}, func(run []latestPrepared) bool { return c.flush(cl, run) })
 }
 
 // flush writes the prepared deliveries in one write through the session's
@@ -614,12 +632,12 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 // unsend takes back deliveries that never reached the wire.
 func (c *latestConsumer) unsend(items []latestPrepared) {
 	var back []latestDelivery
-	var pids []uint16
+	var taken []latestPrepared
 	c.mu.Lock()
 	for _, it := range items {
-		if pid := it.pk.PacketID; pid != 0 {
-			delete(c.inflight, pid)
-			pids = append(pids, pid)
+		if it.pk.PacketID != 0 {
+			delete(c.inflight, it.seq)
+			taken = append(taken, it)
 		}
 		switch it.src {
 		case fromLive:
@@ -638,7 +656,7 @@ func (c *latestConsumer) unsend(items []latestPrepared) {
 		c.resend = append(back, c.resend...)
 	}
 	c.mu.Unlock()
-	for _, pid := range pids {
-		c.sess.deliv.release(pid, c)
+	for _, it := range taken {
+		c.sess.deliv.release(it.pk.PacketID, latestAck{c, it.seq})
 	}
 }

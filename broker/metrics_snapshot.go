@@ -97,21 +97,16 @@ type sessionFigures struct {
 // under its outbox's lock (never both at once).
 func (s *session) figures() sessionFigures {
 	var f sessionFigures
-	s.mu.Lock()
-	f.offline = s.cl == nil
-	f.willWaiting = s.will != nil && !s.will.due.IsZero()
-	for filter, m := range s.declared {
+	v := s.view()
+	f.offline = v.cl == nil
+	f.willWaiting = v.willWaiting
+	for filter, m := range v.declared {
 		if m.Declared() {
 			f.partitioned = append(f.partitioned, filter)
 		}
 	}
-	s.mu.Unlock()
-	if o := s.bcast.Load(); o != nil {
-		o.mu.Lock()
-		// What limits.session_queue_bytes counts (fanout.go offer).
-		f.queued = int64(len(o.q)-o.head) + int64(len(o.onWire))
-		f.queueBytes = o.queued + o.writing + o.wire
-		o.mu.Unlock()
+	if o := s.outbox(); o != nil {
+		f.queued, f.queueBytes = o.queueFigures()
 	}
 	return f
 }
@@ -242,22 +237,6 @@ func (b *Broker) partitioned(sessions []sessionFigures) map[string]int64 {
 		}
 	}
 	return out
-}
-
-// figures copies the queue's counts, and how many jobs are out with a
-// worker, under q.mu.
-func (q *queueEngine) figures() metrics.QueueFigures {
-	f := metrics.QueueFigures{Depth: int64(q.ch.queue.Depth()),
-		Delivered: q.delivered.Load(), Acknowledged: q.acknowledged.Load(), Returned: q.returned.Load(),
-		Redelivered: q.redelivered.Load(), DeadLettered: q.deadLettered.Load(), Expired: q.expired.Load()}
-	q.mu.Lock()
-	for _, d := range q.out {
-		if d.worker.sess != nil { // not a dead-letter move's claim
-			f.Inflight++
-		}
-	}
-	q.mu.Unlock()
-	return f
 }
 
 // providerFigures lists the open providers in name order.

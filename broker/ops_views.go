@@ -7,11 +7,8 @@ import (
 	"strings"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-
 	"saguin.dev/broker/acl"
 	"saguin.dev/broker/internal/ops"
-	"saguin.dev/broker/partition"
 	"saguin.dev/broker/passwd"
 	"saguin.dev/storage"
 )
@@ -82,27 +79,14 @@ func capped(s []string, max int) []string {
 }
 
 // heldSession is what Sessions copies of one session under its lock.
-type heldSession struct {
-	id       string
-	cl       *mqtt.Client
-	expiry   time.Duration
-	protocol byte
-	lastSeen time.Time
-	declared map[string]partition.Matcher
-}
+type heldSession = sessionView
 
 // Sessions is /v1/operations/sessions: held sessions with no connection
 // first, longest away first, then the connected ones by client id.
 func (o opsSource) Sessions(max int) ops.Sessions {
 	var rows []heldSession
 	for _, s := range o.heldSessions() {
-		s.mu.Lock()
-		h := heldSession{id: s.id, cl: s.cl, expiry: s.expiry, protocol: s.protocol, lastSeen: s.lastSeen}
-		if len(s.declared) > 0 {
-			h.declared = maps.Clone(s.declared)
-		}
-		s.mu.Unlock()
-		rows = append(rows, h)
+		rows = append(rows, s.view())
 	}
 	out := ops.Sessions{Total: len(rows)}
 	for _, h := range rows {
@@ -184,17 +168,13 @@ func (o opsSource) Consumers(max int) ops.Consumers {
 	now := o.clock.Now()
 	live := map[string]map[string]readerAt{} // channel → reader → place
 	for _, s := range o.heldSessions() {
-		s.mu.Lock()
-		cons := maps.Clone(s.consumers)
-		seen := s.lastSeen
-		if s.cl != nil {
+		v := s.view()
+		seen := v.lastSeen
+		if v.cl != nil {
 			seen = now // connected: seen now
 		}
-		s.mu.Unlock()
-		for name, c := range cons {
-			c.mu.Lock()
-			pos := c.positionLocked()
-			c.mu.Unlock()
+		for name, c := range v.consumers {
+			pos := c.position()
 			if live[name] == nil {
 				live[name] = map[string]readerAt{}
 			}
@@ -275,30 +255,27 @@ func (o opsSource) Queue(name string, max int) (ops.Queue, bool, error) {
 	if q == nil {
 		return ops.Queue{}, false, nil
 	}
-	items, err := q.ch.queue.Items(0, max)
+	items, err := q.unresolved(max)
 	if err != nil {
 		return ops.Queue{}, true, err
 	}
-	out := ops.Queue{Channel: name, Unresolved: q.ch.queue.Depth(), Records: make([]ops.QueueRecord, len(items))}
-	q.mu.Lock()
-	for i, it := range items {
-		out.Records[i] = queueRecord(it, q.out[it.Offset])
+	out := ops.Queue{Channel: name, Unresolved: q.depth(), Records: make([]ops.QueueRecord, len(items))}
+	for i, j := range q.jobViews(items) {
+		out.Records[i] = queueRecord(items[i], j)
 	}
-	q.mu.Unlock()
 	out.Returned = len(out.Records)
 	return out, true, nil
 }
 
-// queueRecord is one job; d is its delivery out, nil while it waits.
-// Caller holds the engine's lock.
-func queueRecord(it storage.QueueItem, d *delivery) ops.QueueRecord {
+// queueRecord is one job; j is its delivery's view (queueEngine.jobViews).
+func queueRecord(it storage.QueueItem, j jobView) ops.QueueRecord {
 	r := ops.QueueRecord{Offset: it.Offset, Topic: it.Topic, Attempts: it.Attempts, State: "waiting",
 		FirstSeen: ops.TimeOf(it.Timestamp), LastSeen: ops.TimeOf(it.LastDelivered)}
 	switch {
-	case d == nil:
-	case d.state == leased:
-		holder := d.worker.sess.id
-		r.State, r.Holder, r.LeaseUntil = "leased", &holder, ops.TimeOf(d.deadline)
+	case !j.out:
+	case j.leased:
+		holder := j.holder
+		r.State, r.Holder, r.LeaseUntil = "leased", &holder, ops.TimeOf(j.leaseUntil)
 	default:
 		r.State = "delivering"
 	}

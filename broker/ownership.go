@@ -216,16 +216,12 @@ var codeNoRoomForWill = packets.Code{Code: 0x97,
 // no record; no room for its Will — refused 0x97; any other failure —
 // refused 0x83. Called by claimSession, before the CONNACK is written.
 func (b *Broker) sessionNotStored(cl *mqtt.Client, s *session, err error) {
-	s.mu.Lock()
-	hasWill := s.will != nil
-	s.mu.Unlock()
+	hasWill := s.hasWill()
 	switch {
 	case errors.Is(err, storage.ErrFull) && !hasWill:
 		b.log.Warn("the session store has no room: the session ends with its connection (Session Expiry 0)",
 			"client", cl.ID, "error", err)
-		s.mu.Lock()
-		s.durable, s.expiry = false, 0
-		s.mu.Unlock()
+		s.endWithConnection()
 		// The substrate ends it with the connection by these fields.
 		if cl.Properties.ProtocolVersion < 5 {
 			cl.Properties.Clean = true
@@ -344,7 +340,5 @@ func (b *Broker) ownerTurn(cl *mqtt.Client) (release func(), owner bool) {
 // a CONNECT for its id is answered, regardless of the substrate's sweep,
 // which runs on its own timer).
 func (b *Broker) expiredAway(s *session) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.durable && !s.lastSeen.IsZero() && !b.clock.Now().Before(s.lastSeen.Add(s.expiry))
+	return s.expiredAt(b.clock.Now())
 }

@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/broker/internal/metrics"
 	"saguin.dev/broker/topic"
 	"saguin.dev/storage"
 )
@@ -545,3 +546,56 @@ func (q *queueEngine) deadLetter(offset uint64, reason string, holder *delivery)
 		dlq.notify()
 	}
 }
+
+// figures is the queue's read-only view for the metric catalogue
+// (metrics_snapshot.go): its counts, and how many jobs are out with a
+// worker, under q.mu.
+func (q *queueEngine) figures() metrics.QueueFigures {
+	f := metrics.QueueFigures{Depth: int64(q.ch.queue.Depth()),
+		Delivered: q.delivered.Load(), Acknowledged: q.acknowledged.Load(), Returned: q.returned.Load(),
+		Redelivered: q.redelivered.Load(), DeadLettered: q.deadLettered.Load(), Expired: q.expired.Load()}
+	q.mu.Lock()
+	for _, d := range q.out {
+		if d.worker.sess != nil { // not a dead-letter move's claim
+			f.Inflight++
+		}
+	}
+	q.mu.Unlock()
+	return f
+}
+
+// jobView is what the operations listener shows of one job's delivery
+// (ops_views.go): none while it waits.
+type jobView struct {
+	out, leased bool
+	holder      string // the client id holding the lease
+	leaseUntil  time.Time
+}
+
+// jobViews is the view of each item's delivery, in one critical section
+// under q.mu.
+func (q *queueEngine) jobViews(items []storage.QueueItem) []jobView {
+	out := make([]jobView, len(items))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, it := range items {
+		d := q.out[it.Offset]
+		if d == nil {
+			continue
+		}
+		out[i].out = true
+		if d.state == leased {
+			out[i].leased, out[i].holder, out[i].leaseUntil = true, d.worker.sess.id, d.deadline
+		}
+	}
+	return out
+}
+
+// unresolved lists up to max of the queue's unresolved jobs, oldest first
+// (the operations listener's view).
+func (q *queueEngine) unresolved(max int) ([]storage.QueueItem, error) {
+	return q.ch.queue.Items(0, max)
+}
+
+// depth is how many of the queue's jobs are unresolved.
+func (q *queueEngine) depth() int { return q.ch.queue.Depth() }

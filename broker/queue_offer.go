@@ -336,8 +336,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 		defer q.b.wg.Done()
 		// A worker registered by a SUBSCRIBE still being answered gets its
 		// SUBACK first.
-		w.sess.subscribing.Lock()
-		w.sess.subscribing.Unlock() //nolint:staticcheck // a gate, not a critical section
+		w.sess.waitSubscribing()
 		err := w.sess.deliv.writePacket(cl, pk)
 		q.written(d, cl, err)
 	}()

@@ -51,20 +51,11 @@ func (b *Broker) holdRetained(s *session, cl *mqtt.Client, sub packets.Subscript
 	// The first try is at once: an acknowledgement may have freed room
 	// between the pass stopping and the rest being kept, and none may follow.
 	r.wake <- struct{}{}
-	s.mu.Lock()
-	// invariant 13: bounded before it is kept.
-	over := s.restBytes+n > b.cfg.Broker.Limits.SessionQueueBytes
-	if !over && s.cl == cl && !b.closing.Load() {
-		if s.rests == nil {
-			s.rests = make(map[*retainedRest]struct{})
-		}
-		s.rests[r] = struct{}{}
-		s.restBytes += n
+	// invariant 13: bounded before it is kept (session.keepRest).
+	if over := s.keepRest(r, cl, func() {
 		b.wg.Add(1)
 		go r.run()
-	}
-	s.mu.Unlock()
-	if over {
+	}); over {
 		b.refused(slog.LevelWarn, cl, refuseSubscribe, packets.ErrQuotaExceeded.Code,
 			"retained values not sent: the client's Receive Maximum is full and the values already waiting for it reach limits.session_queue_bytes",
 			"filter", sub.Filter, "values", len(rest), "bytes", n, "receive_maximum", clientReceiveMaximum(cl))
@@ -112,20 +103,4 @@ func (r *retainedRest) stop() {
 }
 
 // forget removes the rest from its session, giving its bytes back.
-func (r *retainedRest) forget() {
-	r.s.mu.Lock()
-	if _, ok := r.s.rests[r]; ok {
-		delete(r.s.rests, r)
-		r.s.restBytes -= r.bytes
-	}
-	r.s.mu.Unlock()
-}
-
-// retainedRests lists the session's waiting rests. Caller holds s.mu.
-func (s *session) retainedRests() []*retainedRest {
-	out := make([]*retainedRest, 0, len(s.rests))
-	for r := range s.rests {
-		out = append(out, r)
-	}
-	return out
-}
+func (r *retainedRest) forget() { r.s.forgetRest(r) }

@@ -219,10 +219,7 @@ func (b *Broker) offsetAt(log storage.AppendLog, t time.Time) (uint64, error) {
 // and written tells the client before any record from the new position
 // flows. A session not yet reading the channel starts there when it does.
 func (b *Broker) moveConsumer(s *session, ch *channel, pos uint64, written func()) error {
-	s.mu.Lock()
-	c := s.consumers[ch.name]
-	durable, expiry := s.durable, s.expiry
-	s.mu.Unlock()
+	c, durable, expiry := s.seekTarget(ch.name)
 
 	if durable {
 		if err := ch.log.SavePosition(storage.Position{Reader: s.reader(), Offset: pos,
@@ -234,19 +231,6 @@ func (b *Broker) moveConsumer(s *session, ch *channel, pos uint64, written func(
 		written()
 		return nil
 	}
-	c.mu.Lock()
-	c.era++
-	// Deliveries of the closed era stay in the session's ack table
-	// (deliveries.go) until the client acknowledges them: their packet identifiers must not
-	// be reused while the client holds them, or a late PUBACK would credit a
-	// record it never processed. The acknowledgement itself is ignored,
-	// because the consumer no longer lists the identifier.
-	c.inflight = make(map[uint16]uint64)
-	c.next, c.stored, c.dirty = pos, pos, false
-	// The reply goes out while the pump is held off this consumer, so it
-	// precedes every record of the new era.
-	written()
-	c.mu.Unlock()
-	c.poke()
+	c.seekTo(pos, written)
 	return nil
 }

@@ -66,62 +66,11 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	s := b.sessions[cl.ID]
 	b.mu.Unlock()
 	if s != nil {
-		old := s.owner()
-		// The pumps' deliveries are taken back here, whether or not the
-		// old connection's end has run yet: they are the session's, not
-		// the connection's, so nothing of them is carried or resent by the
-		// substrate (the chaos harness's append-duplicate finding was one
-		// it resent next to the pump's own copy from the position).
-		s.stopPumps()
-		if old != nil {
-			b.returnJobs(s, old)
-		}
-		s.logHandOver("connect")
-		b.flushSession(s, true)
-		// A Clean Start ends the session, and so does any CONNECT for a
-		// session that ends with its connection (delivery-front §3), or
-		// for one whose expiry passed while it was away: expiry and
-		// reconnect never interleave, whenever the sweep runs.
-		ends := pk.Connect.Clean || !s.isDurable() || b.expiredAway(s)
-		var passed []passedPosition
-		if !ends {
-			// invariant 1: checked here, at CONNECT and before anything
-			// resumes. A position retention passed is the one loss a
-			// consumer can be told of, and Session Present 0 is how
-			// (delivery-front §8 "Resuming below retention floor").
-			var err error
-			if passed, err = b.passedPositions(s); err != nil {
-				// A failed read writes nothing (delivery-front §3): the
-				// CONNECT is refused 0x83 and the session stays as it was.
-				b.log.Error("CONNECT refused: reading the session's stored positions failed", "client", cl.ID, "error", err)
-				b.events.sessionStoreFailed.Add(1)
-				b.claims.mark(cl.ID, cl, func(c *idClaim) { c.refusal = codeSessionStore.Code })
-			}
-			ends = len(passed) > 0
-		}
+		old := b.takeFromOldConnection(s)
+		ends, passed := b.endsAtConnect(s, cl, pk)
 		b.settleWill(s, ends, old != nil)
 		if ends {
-			// delivery-front §3: a session that ends with its connection
-			// ends at takeover; the new CONNECT is answered Session
-			// Present 0 whatever its Clean Start. So does one retention
-			// passed a position of: it is discarded — subscriptions, owed
-			// broadcast, held QoS 2 publishes — except the positions
-			// retention did not pass (delivery-front §3 "Session ends
-			// when"), and the discard is stored before the CONNACK
-			// (invariant 18). Each passed position goes with it, so the
-			// channel is served from where a reader with no position
-			// starts.
-			keep := map[string]bool{}
-			if len(passed) > 0 {
-				for name, ch := range b.channels {
-					keep[name] = ch.log != nil
-				}
-				for _, p := range passed {
-					keep[p.ch.name] = false
-					b.positionPassed(resumePassed, cl.ID, p.ch, p.position, p.floor)
-				}
-			}
-			b.endSessionKeeping(cl.ID, s, keep)
+			b.endClaimedSession(s, cl, passed)
 			s = nil
 			ended = true
 		}
@@ -143,7 +92,94 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 		b.mu.Unlock()
 	}
 	exp := b.sessionExpiry(cl)
+	wasDurable := b.giveSessionTo(s, cl, pk, exp)
+	if exp == 0 {
+		if wasDurable {
+			// The session now ends with this connection: a restart must
+			// not bring it back (docs/channels.md "`append`").
+			b.forgetSession(cl.ID)
+		}
+		return ended
+	}
+	b.storeClaimedSession(s, cl, pk, ended)
+	return ended
+}
+
+// takeFromOldConnection is claimSession's first phase: the pumps of the
+// connection that held session s stopped and their deliveries taken back,
+// its queue jobs returned, its positions and window stored. It returns
+// that connection (nil when the session was away).
+func (b *Broker) takeFromOldConnection(s *session) (old *mqtt.Client) {
+	old = s.owner()
+	// The pumps' deliveries are taken back here, whether or not the
+	// old connection's end has run yet: they are the session's, not
+	// the connection's, so nothing of them is carried or resent by the
+	// substrate (the chaos harness's append-duplicate finding was one
+	// it resent next to the pump's own copy from the position).
+	s.stopPumps()
+	if old != nil {
+		b.returnJobs(s, old)
+	}
+	s.logHandOver("connect")
+	b.flushSession(s, true)
+	return old
+}
+
+// endsAtConnect is claimSession's second phase: whether the CONNECT ends
+// session s, and the positions retention passed that make it end.
+func (b *Broker) endsAtConnect(s *session, cl *mqtt.Client, pk packets.Packet) (ends bool, passed []passedPosition) {
+	// A Clean Start ends the session, and so does any CONNECT for a
+	// session that ends with its connection (delivery-front §3), or
+	// for one whose expiry passed while it was away: expiry and
+	// reconnect never interleave, whenever the sweep runs.
+	ends = pk.Connect.Clean || !s.isDurable() || b.expiredAway(s)
+	if ends {
+		return true, nil
+	}
+	// invariant 1: checked here, at CONNECT and before anything
+	// resumes. A position retention passed is the one loss a
+	// consumer can be told of, and Session Present 0 is how
+	// (delivery-front §8 "Resuming below retention floor").
+	var err error
+	if passed, err = b.passedPositions(s); err != nil {
+		// A failed read writes nothing (delivery-front §3): the
+		// CONNECT is refused 0x83 and the session stays as it was.
+		b.log.Error("CONNECT refused: reading the session's stored positions failed", "client", cl.ID, "error", err)
+		b.events.sessionStoreFailed.Add(1)
+		b.claims.mark(cl.ID, cl, func(c *idClaim) { c.refusal = codeSessionStore.Code })
+	}
+	return len(passed) > 0, passed
+}
+
+// endClaimedSession is claimSession's phase for a session the CONNECT
+// ends. delivery-front §3: a session that ends with its connection ends
+// at takeover; the new CONNECT is answered Session Present 0 whatever its
+// Clean Start. So does one retention passed a position of: it is
+// discarded — subscriptions, owed broadcast, held QoS 2 publishes —
+// except the positions retention did not pass (delivery-front §3
+// "Session ends when"), and the discard is stored before the CONNACK
+// (invariant 18). Each passed position goes with it, so the channel is
+// served from where a reader with no position starts.
+func (b *Broker) endClaimedSession(s *session, cl *mqtt.Client, passed []passedPosition) {
+	keep := map[string]bool{}
+	if len(passed) > 0 {
+		for name, ch := range b.channels {
+			keep[name] = ch.log != nil
+		}
+		for _, p := range passed {
+			keep[p.ch.name] = false
+			b.positionPassed(resumePassed, cl.ID, p.ch, p.position, p.floor)
+		}
+	}
+	b.endSessionKeeping(cl.ID, s, keep)
+}
+
+// giveSessionTo is claimSession's phase that makes cl the owner of s, with
+// the connection's Will, expiry and protocol, in one critical section. It
+// reports whether the session was durable before.
+func (b *Broker) giveSessionTo(s *session, cl *mqtt.Client, pk packets.Packet, exp time.Duration) (wasDurable bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	// The connection's Will is the session's now; Sagüin sends it, not the
 	// substrate (wills.go).
 	s.will = willOf(pk)
@@ -160,20 +196,16 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 	s.expiry = exp
 	s.protocol = cl.Properties.ProtocolVersion
 	s.lastSeen = time.Time{}
-	wasDurable := s.durable
+	wasDurable = s.durable
 	s.durable = exp > 0
-	s.mu.Unlock()
-	if exp == 0 {
-		if wasDurable {
-			// The session now ends with this connection: a restart must
-			// not bring it back (docs/channels.md "`append`").
-			b.forgetSession(cl.ID)
-		}
-		return ended
-	}
-	// invariant 18: the session this CONNACK describes is stored first —
-	// its expiry, and the subscriptions it resumes with, which the
-	// substrate copies into the new connection only after this hook.
+	return wasDurable
+}
+
+// storeClaimedSession is claimSession's last phase. invariant 18: the
+// session this CONNACK describes is stored first — its expiry, and the
+// subscriptions it resumes with, which the substrate copies into the new
+// connection only after this hook.
+func (b *Broker) storeClaimedSession(s *session, cl *mqtt.Client, pk packets.Packet, ended bool) {
 	var subs []packets.Subscription
 	if !pk.Connect.Clean && !ended {
 		if existing, ok := b.mqtt.Clients.Get(cl.ID); ok && existing != cl {
@@ -185,7 +217,6 @@ func (b *Broker) claimSession(cl *mqtt.Client, pk packets.Packet) (ended bool) {
 		// does not hold; it is turned into a refusal (ownership.go).
 		b.sessionNotStored(cl, s, err)
 	}
-	return ended
 }
 
 // sessionEstablished runs after the CONNACK is written: the session's

@@ -140,14 +140,8 @@ func (b *Broker) openSessions() error {
 // client what it records (a CONNACK, a SUBACK, the close answering a
 // DISCONNECT).
 func (b *Broker) storeSession(s *session, subs []packets.Subscription) error {
-	s.mu.Lock()
-	durable, expiry, lastSeen, protocol := s.durable, s.expiry, s.lastSeen, s.protocol
-	sw := storeWill(s.will)
-	declared := make(map[string][]string, len(s.declared))
-	for f, m := range s.declared {
-		declared[f] = m.Values()
-	}
-	s.mu.Unlock()
+	r := s.record()
+	durable, expiry, lastSeen, protocol, sw, declared := r.durable, r.expiry, r.lastSeen, r.protocol, r.will, r.declared
 	if !durable {
 		return nil
 	}
@@ -323,20 +317,20 @@ func (b *Broker) refusedOnRestore(st storedSession) string {
 // resuming CONNECT inherits and the substrate expires when remaining has
 // passed).
 func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining time.Duration) {
-	s := newSession(id)
-	s.durable, s.expiry, s.protocol = true, expiry, st.Protocol
-	s.lastSeen = b.clock.Now() // a session found connected ended at the stop
+	lastSeen := b.clock.Now() // a session found connected ended at the stop
 	if st.LastSeen != 0 {
-		s.lastSeen = time.Unix(0, st.LastSeen)
+		lastSeen = time.Unix(0, st.LastSeen)
 	}
+	var w *will
 	if st.Will != nil {
 		// With a moment, the loop publishes it when due, at once if past;
 		// without, the session's expiry does (endSession), unless the
 		// client's next CONNECT replaces it. A broker stopping is not a
 		// device dying, and stripping the Will would take its protection
 		// away from every device connected at the stop.
-		s.will = st.Will.will()
+		w = st.Will.will()
 	}
+	s := restoredSession(id, expiry, st.Protocol, lastSeen, w)
 
 	cl := b.mqtt.NewClient(nil, "restore", id, false)
 	cl.Properties.ProtocolVersion = st.Protocol
@@ -355,14 +349,14 @@ func (b *Broker) restoreSession(id string, st storedSession, expiry, remaining t
 			// Parsed as at SUBSCRIBE: refusedOnRestore already ended a
 			// session holding one that no longer parses.
 			if m, err := partition.Parse(f.Partition); err == nil {
-				s.declared[f.Filter] = m
+				s.restoreDeclared(f.Filter, m)
 				b.spaces.Declare(f.Filter, id, m)
 			}
 		}
 		b.mqtt.Topics.Subscribe(id, sub)
 		cl.State.Subscriptions.Add(sub.Filter, sub)
 		if name, ok := strings.CutPrefix(sub.Filter, "$saguin/queue/"); ok {
-			s.queues[name] = true
+			s.addQueue(name)
 			continue
 		}
 		if strings.HasPrefix(sub.Filter, "$saguin/") || strings.HasPrefix(sub.Filter, "$share/") {
@@ -393,9 +387,9 @@ func (b *Broker) restoreChannelSubscription(s *session, f packets.Subscription) 
 	if len(logs) == 0 {
 		return
 	}
-	s.subs[f.Filter] = subscriptionOf(f, reached, s.declared[f.Filter])
+	s.restoreSubscription(f, reached)
 	for _, ch := range logs {
-		if s.consumers[ch.name] != nil {
+		if s.consumerOf(ch.name) != nil {
 			continue
 		}
 		// Retain Handling 2 acted when the subscription was made; a restart
@@ -412,6 +406,6 @@ func (b *Broker) restoreChannelSubscription(s *session, f packets.Subscription) 
 		case ok:
 			start = p.Offset
 		}
-		s.consumers[ch.name] = newConsumer(b, s, ch, start)
+		s.restoreConsumer(newConsumer(b, s, ch, start))
 	}
 }

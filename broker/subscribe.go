@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -106,8 +107,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 
 	s := b.sessionOf(cl.ID)
 	if s != nil {
-		s.subscribing.Lock()
-		defer s.subscribing.Unlock()
+		defer s.holdSubscribing()()
 	}
 	codes := make([]byte, len(pk.Filters))
 	var started []*consumer
@@ -178,17 +178,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		}
 	}
 	if s != nil {
-		s.mu.Lock()
-		for _, f := range granted {
-			// A SUBSCRIBE replaces the filter's options, its declaration
-			// (or the lack of one) included.
-			if declared.Declared() {
-				s.declared[f.Filter] = declared
-			} else {
-				delete(s.declared, f.Filter)
-			}
-		}
-		s.mu.Unlock()
+		s.declare(granted, declared)
 		for _, f := range granted {
 			if d, disagree := b.spaces.Declare(f.Filter, cl.ID, declared); disagree {
 				b.log.Warn("partition spaces disagree", "detail", d.String())
@@ -203,9 +193,7 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 			b.mqtt.Topics.Subscribe(cl.ID, f)
 			cl.State.Subscriptions.Add(f.Filter, f)
 			if name, ok := strings.CutPrefix(f.Filter, "$saguin/queue/"); ok && s != nil {
-				s.mu.Lock()
-				s.queues[name] = true
-				s.mu.Unlock()
+				s.addQueue(name)
 				b.engines[name].addWorker(s, cl)
 			}
 			continue
@@ -344,39 +332,22 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 	}
 	v5 := cl.Properties.ProtocolVersion == 5
 
-	s.mu.Lock()
-	sub := subscriptionOf(f, reached, s.declared[f.Filter])
-	s.subs[f.Filter] = sub
-	durable := s.durable
-	var fresh []*channel
-	var existing []*consumer
-	for _, ch := range logs {
-		if c := s.consumers[ch.name]; c != nil {
-			existing = append(existing, c)
-		} else {
-			fresh = append(fresh, ch)
-		}
-	}
-	s.mu.Unlock()
+	cs := s.subscribeChannels(f, reached, logs)
 
 	var out []*consumer
-	for _, ch := range fresh {
-		start, err := b.startingPosition(s, ch, durable, v5 && sub.retainHandling == 2)
+	for _, ch := range cs.fresh {
+		start, err := b.startingPosition(s, ch, cs.durable, cs.expiry, v5 && cs.sub.retainHandling == 2)
 		if err != nil {
 			b.log.Error("reading a stored position", "client", s.id, "channel", ch.name, "error", err)
 			start = ch.log.Next()
 		}
 		c := newConsumer(b, s, ch, start)
-		s.mu.Lock()
-		if s.consumers[ch.name] != nil || s.cl != cl {
-			s.mu.Unlock()
+		if !s.adoptConsumer(c, cl) {
 			continue
 		}
-		s.consumers[ch.name] = c
-		s.mu.Unlock()
 		out = append(out, c) // started once the SUBACK is written
 	}
-	for _, c := range existing {
+	for _, c := range cs.existing {
 		// A filter added later does not reach back (docs/channels.md "`append`"): the
 		// consumer goes on from where it is, now matching more.
 		c.poke()
@@ -389,7 +360,7 @@ func (b *Broker) addChannelSubscription(s *session, cl *mqtt.Client, f packets.S
 // the head on a start: tail channel. Retain Handling 2 means only new
 // records: without a position, the head; with one, the position is
 // committed at the head and the backlog dropped (docs/channels.md "`append`").
-func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (uint64, error) {
+func (b *Broker) startingPosition(s *session, ch *channel, durable bool, expiry time.Duration, rh2 bool) (uint64, error) {
 	if durable {
 		p, ok, err := ch.log.Position(s.reader())
 		if err != nil {
@@ -399,7 +370,7 @@ func (b *Broker) startingPosition(s *session, ch *channel, durable, rh2 bool) (u
 			if rh2 {
 				head := ch.log.Next()
 				return head, ch.log.SavePosition(storage.Position{Reader: s.reader(), Offset: head,
-					LastSeen: b.clock.Now(), Expiry: s.expiry})
+					LastSeen: b.clock.Now(), Expiry: expiry})
 			}
 			if floor := ch.log.Floor(); p.Offset < floor {
 				// invariant 1: a position below the floor is never served the
@@ -434,50 +405,23 @@ func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
 	if s == nil {
 		return
 	}
-	var leftQueues []*queueEngine
-	s.mu.Lock()
-	for _, f := range filters {
-		delete(s.subs, f)
-		delete(s.declared, f)
-		b.spaces.Forget(f, cl.ID)
-		if name, ok := strings.CutPrefix(f, "$saguin/queue/"); ok && s.queues[name] {
-			delete(s.queues, name)
-			leftQueues = append(leftQueues, b.engines[name])
-		}
-	}
-	latestGone, latestKept := b.unsubscribedLatest(s)
-	var gone []*consumer
-	for name, c := range s.consumers {
-		still := false
-		for f := range s.subs {
-			for _, r := range b.resolver.Reaching(f) {
-				if r == name {
-					still = true
-				}
-			}
-		}
-		if !still {
-			gone = append(gone, c)
-			delete(s.consumers, name)
-		}
-	}
-	s.mu.Unlock()
+	d := s.dropFilters(filters, b.resolver.Reaching, func(f string) { b.spaces.Forget(f, cl.ID) })
 	// The substrate has removed the filters and writes the UNSUBACK after
 	// this hook: the stored session loses them first.
 	if err := b.storeSessionOf(s, cl); err != nil {
 		b.log.Error("storing a session at UNSUBSCRIBE", "client", cl.ID, "error", err)
 	}
-	for _, q := range leftQueues {
-		q.removeWorker(s, cl)
+	for _, name := range d.queues {
+		b.engines[name].removeWorker(s, cl)
 	}
-	for _, c := range gone {
+	for _, c := range d.gone {
 		c.stop()
 		b.savePosition(s, c, true)
 	}
-	for _, c := range latestKept {
+	for _, c := range d.latestKept {
 		c.unsubscribed(filters)
 	}
-	for _, c := range latestGone {
+	for _, c := range d.latestGone {
 		c.stop()
 	}
 }

@@ -61,8 +61,9 @@ func TestInvariant17_OldConnectionEndKeepsTheNewOwnersAcks(t *testing.T) {
 	c.mu.Lock()
 	// What the new connection's pump will have out: offset 5 under packet
 	// id 7 (the pump is not run: its stop is what the old end waits on).
-	c.inflight = map[uint16]uint64{pid: off}
+	c.inflight = map[uint64]struct{}{off: {}}
 	c.next = off + 1
+	era := c.era
 
 	ended := make(chan struct{})
 	go func() {
@@ -91,7 +92,7 @@ func TestInvariant17_OldConnectionEndKeepsTheNewOwnersAcks(t *testing.T) {
 		s.mu.Unlock()
 		s.deliv.mu.Lock()
 		s.deliv.cl = newConn
-		s.deliv.table[pid] = &exchange{target: c, route: routeAppend, qos: 1}
+		s.deliv.table[pid] = &exchange{target: consumerAck{c, era, off}, route: routeAppend, qos: 1}
 		s.deliv.mu.Unlock()
 	}()
 	if !claimed {

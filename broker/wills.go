@@ -160,11 +160,7 @@ func (b *Broker) refuseWill(cl *mqtt.Client, code packets.Code) error {
 // being replaced has it published when it asked for no delay, dropped
 // otherwise; a waiting one is cancelled by the resume.
 func (b *Broker) settleWill(s *session, sessionEnds, replacingLive bool) {
-	s.mu.Lock()
-	old := s.will
-	s.will = nil
-	s.mu.Unlock()
-	if old != nil {
+	if old := s.takeWill(); old != nil {
 		// A Will with no moment on a session no connection holds is one
 		// restored from a client connected when the broker stopped: its
 		// client is back, and this CONNECT replaces it (rfcs/wills.md)
@@ -191,9 +187,7 @@ func (b *Broker) discardWill(s *session, pk packets.Packet) {
 	if pk.ReasonCode == 0x04 {
 		return
 	}
-	s.mu.Lock()
-	s.will = nil
-	s.mu.Unlock()
+	s.takeWill()
 }
 
 // willAtConnectionEnd starts the Will's wait, or publishes it now; the
@@ -206,26 +200,12 @@ func (b *Broker) willAtConnectionEnd(s *session) {
 		// restart keeps only Wills with a due moment).
 		return
 	}
-	now := b.clock.Now()
-	s.mu.Lock()
-	w := s.will
-	if w == nil {
-		s.mu.Unlock()
-		return
+	// A Will with a delay waits, never past the session's expiry; a
+	// DISCONNECT 0x04 started the wait already (disconnecting), and stored
+	// that moment (session.armWill).
+	if w := s.armWill(b.clock.Now()); w != nil {
+		b.publishWill(s.id, w, metrics.WillImmediate)
 	}
-	if w.delay > 0 {
-		// The wait never outlives the session: capped at the granted
-		// expiry (MQTT 5 §3.1.3.2.2). A DISCONNECT 0x04 started it already
-		// (disconnecting), and stored that moment.
-		if w.due.IsZero() {
-			w.due = now.Add(min(w.delay, s.expiry))
-		}
-		s.mu.Unlock()
-		return
-	}
-	s.will = nil
-	s.mu.Unlock()
-	b.publishWill(s.id, w, metrics.WillImmediate)
 }
 
 // willAtSessionEnd publishes a session's Will as the session ends ("a
@@ -235,10 +215,7 @@ func (b *Broker) willAtSessionEnd(s *session, cause metrics.WillCause) {
 	if b.closing.Load() {
 		return
 	}
-	s.mu.Lock()
-	w := s.will
-	s.will = nil
-	s.mu.Unlock()
+	w := s.takeWill()
 	if w == nil {
 		return
 	}
@@ -347,22 +324,16 @@ func (b *Broker) fireDueWills(cause metrics.WillCause) {
 	b.mu.Lock()
 	var due []*session
 	for _, s := range b.sessions {
-		s.mu.Lock()
-		if s.will != nil && !s.will.due.IsZero() && !now.Before(s.will.due) {
+		if s.willDue(now) {
 			due = append(due, s)
 		}
-		s.mu.Unlock()
 	}
 	b.mu.Unlock()
 	for _, s := range due {
-		s.mu.Lock()
-		w := s.will
-		if w == nil || w.due.IsZero() || now.Before(w.due) {
-			s.mu.Unlock()
+		w := s.takeDueWill(now)
+		if w == nil {
 			continue // resumed meanwhile
 		}
-		s.will = nil
-		s.mu.Unlock()
 		b.publishWill(s.id, w, cause)
 		b.storeAfterWill(s)
 	}
