@@ -239,8 +239,8 @@ func TestInvariant10_SubscribeNeedsAGrant(t *testing.T) {
 			t.Errorf("SUBSCRIBE %s: %v, want [0x87]", f, sa.ReasonCodes)
 		}
 	}
-	s1.publish1(30, "devices/sensor-1/ping", "still here", packets.Properties{})
-	if pk := s1.nextPublish("the connection outlives refused filters"); string(pk.Payload) != "still here" {
+	// The connection outlives refused filters.
+	if pk := s1.publishToSelf(30, "devices/sensor-1/ping", "still here"); string(pk.Payload) != "still here" {
 		t.Errorf("got %q", pk.Payload)
 	}
 	w, _ := dialMx(t, addr, "worker-1", as("worker-1", mxConnect{clean: true}))

@@ -248,6 +248,36 @@ func (c *mxConn) publish(id uint16, qos byte, topic string, payload []byte, prop
 		PacketID: id, TopicName: topic, Payload: payload, Properties: props}, (*packets.Packet).PublishEncode)
 }
 
+// publishToSelf publishes at QoS 1 to a topic the connection itself
+// subscribes to at QoS 1, and returns the PUBLISH it is sent back. MQTT
+// orders neither before the other — the PUBACK and the delivery leave on
+// two paths — so both are read in whichever order they come (a test that
+// expected the PUBACK first failed under qemu's slower scheduling).
+func (c *mxConn) publishToSelf(id uint16, topic, payload string) packets.Packet {
+	c.t.Helper()
+	c.publish(id, 1, topic, []byte(payload), packets.Properties{})
+	var back *packets.Packet
+	acked := false
+	for !acked || back == nil {
+		pk, err := c.readWithin(mxWait)
+		if err != nil {
+			c.t.Fatalf("%s: publish %q to itself: acknowledged %v, sent back %v: %v", c.id, payload, acked, back != nil, err)
+		}
+		switch {
+		case pk.FixedHeader.Type == packets.Puback && !acked:
+			if pk.PacketID != id || pk.ReasonCode != 0 {
+				c.t.Fatalf("%s: publish %q: PUBACK id %d reason 0x%02x", c.id, payload, pk.PacketID, pk.ReasonCode)
+			}
+			acked = true
+		case pk.FixedHeader.Type == packets.Publish && back == nil:
+			back = &pk
+		default:
+			c.t.Fatalf("%s: publish %q to itself: unexpected packet type %d", c.id, payload, pk.FixedHeader.Type)
+		}
+	}
+	return *back
+}
+
 // publish1 publishes at QoS 1 and requires PUBACK success.
 func (c *mxConn) publish1(id uint16, topic, payload string, props packets.Properties) {
 	c.t.Helper()
