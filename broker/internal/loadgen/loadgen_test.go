@@ -315,8 +315,12 @@ func TestLagGate(t *testing.T) {
 	}
 }
 
-// With the lag bounded below mosquitto's default max_queued_messages, a
-// run far longer than that queue loses nothing.
+// With the lag held to 10 — the leash make bench falls back to for
+// mosquitto (saguin-bench's mosquittoFallbackLag) — a run far longer than
+// mosquitto's queue loses nothing. At 200, well below its default
+// max_queued_messages, mosquitto 2.0.11 still dropped 196 of 20,000 on a
+// loaded 2-core CI machine: what it keeps whole at a given lag depends on
+// scheduling, so the test guards the lag the bench relies on.
 func TestPublishMaxLagKeepsMosquittoWhole(t *testing.T) {
 	if _, err := exec.LookPath(mosquittoPath); err != nil {
 		t.Fatalf("this test needs mosquitto (apt-get install mosquitto; .ci/run installs it): %v", err)
@@ -329,7 +333,7 @@ func TestPublishMaxLagKeepsMosquittoWhole(t *testing.T) {
 	defer m.Stop(5 * time.Second)
 	res, err := Publish(ctx, PublishConfig{
 		Addr: m.Addr(), TopicPrefix: "lag", Publishers: 16, Window: 2, Messages: 20000,
-		ClientIDPrefix: "lag", Subscribe: true, MaxLag: 200,
+		ClientIDPrefix: "lag", Subscribe: true, MaxLag: 10,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, m.out)
