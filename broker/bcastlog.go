@@ -15,8 +15,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// The broadcast log (rfcs/broadcast-log.md, delivery-front §6 "Durable
-// sessions ... are owed QoS 1/2 broadcast via one log"): a QoS 1/2
+// The broadcast log (rfcs/broadcast-log.md): a QoS 1/2
 // broadcast message owed to a session that outlives its connection is
 // written once to an append log on the broker.session.storage provider,
 // before its publisher is answered. Each durable session keeps a cursor
@@ -69,8 +68,8 @@ type bcastLog struct {
 }
 
 // openBroadcastLog opens the log and the window store on the provider the
-// sessions use (storage.md: "broker.session.storage (provider for sessions
-// + broadcast log)").
+// sessions use (storage.md: broker.session.storage (provider for sessions
+// + broadcast log)).
 func (b *Broker) openBroadcastLog(p storage.Provider) error {
 	l, err := p.Append(broadcastLogName)
 	if err != nil {
@@ -218,7 +217,7 @@ func owedDurably(m *broadcastMsg, subs *mqtt.Subscribers, own []*session, member
 // logBroadcast writes m to the broadcast log, once. A refusal (the
 // provider full, a store failure) is counted and the message served from
 // memory only: the publisher is never refused for a subscriber's sake
-// (delivery-front §6 "Bounds (never refuse publisher)").
+// (rfcs/broadcast-log.md).
 func (b *Broker) logBroadcast(m *broadcastMsg) func() {
 	l := b.fan.log
 	if l == nil {
@@ -546,8 +545,8 @@ func (l *bcastLog) trimBound(below uint64) (time.Time, bool) {
 }
 
 // trimBroadcast removes the messages every session and group is past
-// (delivery-front §6: "Message leaves log once all sessions/groups wanting
-// it had it"). Trim by age on the strictly increasing timestamps removes
+// (rfcs/broadcast-log.md: Message leaves log once all sessions/groups wanting
+// it had it). Trim by age on the strictly increasing timestamps removes
 // exactly the prefix below the low-water mark, and the floor moves in the
 // same transaction (invariant 1).
 func (b *Broker) trimBroadcast() {

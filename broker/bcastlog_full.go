@@ -6,9 +6,8 @@ import (
 	"saguin.dev/storage"
 )
 
-// The broadcast log at a full provider (delivery-front §6 "Bounds (never
-// refuse publisher)": "log capped by provider max_bytes → oldest go except
-// on-wire ones"; docs/channels.md "Sessions and Session Present" "Full session store": the log yields
+// The broadcast log at a full provider (rfcs/broadcast-log.md: log capped by provider max_bytes → oldest go except
+// on-wire ones; rfcs/broadcast-log.md: the log yields
 // room). The log has no bound of its own: when the provider refuses a
 // write to it, or to a session window, the oldest logged messages no
 // session has on the wire are removed — those a session still waits for

@@ -331,7 +331,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // written, so after a SIGKILL every unacknowledged message comes back under
 // the packet id it was first sent with, marked DUP — and at most the
 // acknowledged ones whose acks had not reached the store yet come back too,
-// also under their ids (delivery-front §6: unclean stop re-sends ≤ Receive
+// also under their ids (rfcs/broadcast-log.md: unclean stop re-sends ≤ Receive
 // Maximum).
 func TestInvariant18_BroadcastWindowSurvivesKill(t *testing.T) {
 	dir := t.TempDir()

@@ -85,7 +85,7 @@ type ackTarget interface {
 // pubrecTarget is a target that learns of the PUBREC of its QoS 2
 // delivery. It reports whether it writes the PUBREL itself: the outbox does
 // for a logged message of a durable session, once the window saying
-// "PUBREL owed" is stored (delivery-front §6), so a crash after the PUBREL
+// "PUBREL owed" is stored (rfcs/broadcast-log.md), so a crash after the PUBREL
 // resends the PUBREL, never the message.
 type pubrecTarget interface {
 	pubrecd(pid uint16) (writesPubrel bool)

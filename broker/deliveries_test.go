@@ -155,8 +155,7 @@ func TestSubstrateTable_OutboundQoS2SpendsNoneOfTheClientsReceiveQuota(t *testin
 // the packet identifier at the PUBCOMP, MQTT 5 §4.3.3). So after a crash a
 // durable session is sent that PUBREL again, never the message: a client
 // that had completed the exchange would take a second PUBLISH under the
-// same identifier as a new message, and deliver it twice (delivery-front
-// §6: "QoS 2: its PUBREL, never a 2nd message"). The window recording the
+// same identifier as a new message, and deliver it twice (rfcs/broadcast-log.md: QoS 2: its PUBREL, never a 2nd message). The window recording the
 // PUBREC is stored before the PUBREL is written; the substrate wrote the
 // PUBREL at once and the window caught up within ack_commit_interval, so a
 // crash in between resent the message.

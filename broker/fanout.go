@@ -286,7 +286,7 @@ func (b *Broker) subscribers(topic string) *mqtt.Subscribers {
 // fanOutMsg offers m to the sessions and shared groups subs names. With
 // mayLog, a QoS 1/2 message owed to a session that outlives its connection
 // (or to a shared group one of whose members' does) is first written once
-// to the broadcast log (delivery-front §6): this runs on the publisher's
+// to the broadcast log (rfcs/broadcast-log.md): this runs on the publisher's
 // goroutine, ahead of its PUBACK/PUBREC, and is the one store write a
 // publisher waits for (invariant 16 allows it; nothing a subscriber does is
 // waited for).
@@ -638,8 +638,7 @@ func (o *outbox) acked(pid uint16) {
 // pubrecd records that the client PUBREC'd the QoS 2 delivery under pid
 // (pubrecTarget): from now on a PUBREL is owed, never the message. For a
 // logged message of a session that outlives its connection, the sender
-// writes that PUBREL once the window saying so is stored (delivery-front
-// §6), and it reports true; otherwise the session's deliveries write it at
+// writes that PUBREL once the window saying so is stored (rfcs/broadcast-log.md), and it reports true; otherwise the session's deliveries write it at
 // once.
 func (o *outbox) pubrecd(pid uint16) bool {
 	durable := o.s.isDurable()

@@ -120,8 +120,8 @@ func (o *outbox) run(ctx context.Context, b *Broker, cl *mqtt.Client) {
 		qos0, stalled := o.fill(b, cl, &buf)
 		if buf.Len() > 0 && o.s.isDurable() {
 			// The window is stored before what joins it is written
-			// (delivery-front §6: "Drain sends nothing past window until
-			// acks written"), so a restart resends under the same packet
+			// (rfcs/broadcast-log.md: Drain sends nothing past window until
+			// acks written), so a restart resends under the same packet
 			// ids, and a PUBREL is written only once the window says one
 			// is owed: a crash then resends the PUBREL, never the message.
 			// A store that fails ends the connection; one that is full

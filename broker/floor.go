@@ -12,8 +12,7 @@ import (
 // the reader where the rule says and tells the operator in one line:
 //
 //   - a resuming CONNECT (claimSession): the session is discarded and the
-//     client told by Session Present 0 (delivery-front §8 "Resuming below
-//     retention floor");
+//     client told by Session Present 0 (docs/channels.md "Sessions and Session Present");
 //   - a SUBSCRIBE reaching a position the session kept without reading the
 //     channel (startingPosition): it starts where a reader with no position
 //     starts;

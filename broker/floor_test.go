@@ -73,7 +73,7 @@ func rawOffset(t *testing.T, pk packets.Packet) uint64 {
 // stored before the CONNACK (invariant 18), so a restart does not bring the
 // old session back. The passed channels are served from where a reader with
 // no position starts (the floor, or the tail on a start: tail channel); the
-// position retention did not pass is kept (delivery-front §3). The operator
+// position retention did not pass is kept (rfcs/sessions-ownership.md). The operator
 // is told, per passed channel, the position, the floor and how many records
 // went, and the count is kept for saguin_channel_position_lost_total. Both
 // providers, with and without a restart while the session was away.

@@ -13,8 +13,8 @@ import (
 type metricsSource struct{ b *Broker }
 
 // MetricsSnapshot fills s with the broker's numbers, at most once per
-// min_scrape_interval. Every number is one the broker already holds (RFC
-// 0005 §1.6), copied under the lock that guards it, one lock at a time,
+// min_scrape_interval. Every number is one the broker already holds
+// (rfcs/metrics.md), copied under the lock that guards it, one lock at a time,
 // with nothing formatted while one is held: a scrape never holds a lock a
 // connection waits on for longer than a copy. The one figure counted here
 // is the lowest stored position of each append channel (storage's

@@ -276,7 +276,7 @@ func (b *Broker) correctConnack(cl *mqtt.Client, pk packets.Packet) packets.Pack
 }
 
 // endAtTakeover makes the substrate's takeover agree that the session ended
-// (delivery-front §3: a session that ends with its connection — no Session
+// (rfcs/sessions-ownership.md: a session that ends with its connection — no Session
 // Expiry Interval — ends at takeover, and the new CONNECT is answered
 // Session Present 0 whatever its Clean Start). For an MQTT 5 connection the
 // substrate carries such a session over to a CONNECT with Clean Start 0: it
@@ -336,7 +336,7 @@ func (b *Broker) ownerTurn(cl *mqtt.Client) (release func(), owner bool) {
 }
 
 // expiredAway reports whether session s, away, has passed its expiry on
-// the broker's clock (delivery-front §3: an expired session is ended before
+// the broker's clock (rfcs/sessions-ownership.md: an expired session is ended before
 // a CONNECT for its id is answered, regardless of the substrate's sweep,
 // which runs on its own timer).
 func (b *Broker) expiredAway(s *session) bool {

@@ -63,7 +63,7 @@ func nextPublish(t *testing.T, c *brokertest.RawClient) packets.Packet {
 // A session that ends with its connection (no Session Expiry Interval; 3.1.1
 // Clean Session 1) ends at takeover: the CONNECT that replaces its
 // connection is answered Session Present 0 whatever its Clean Start
-// (delivery-front §3), inherits none of its subscriptions, and the replaced
+// (rfcs/sessions-ownership.md), inherits none of its subscriptions, and the replaced
 // connection is told 0x8E (Session taken over).
 func TestTakeoverEndsASessionThatEndsWithItsConnection(t *testing.T) {
 	b := brokertest.Start(t, configWith(t, sqliteProvider))
@@ -240,7 +240,7 @@ func TestInvariant17_ConcurrentConnectsLeaveOneOwner(t *testing.T) {
 	}
 }
 
-// Expiry and reconnect never interleave (delivery-front §3): a session away
+// Expiry and reconnect never interleave (rfcs/sessions-ownership.md): a session away
 // past its expiry is ended before a CONNECT for its id is answered, whether
 // or not any sweep has run — Session Present 0, its subscription gone.
 func TestExpiredSessionEndsBeforeTheConnectIsAnswered(t *testing.T) {

@@ -138,7 +138,7 @@ func (s session311) received() []string {
 // and latest with a durable position. Paho subscribes with Clean Session 0,
 // receives, disconnects; more is published; it reconnects without
 // subscribing and receives only the rest of the append channel and only the
-// changes of the latest channel (delivery-front §9 "3.1.1 on latest"). The
+// changes of the latest channel (rfcs/latest-channel.md). The
 // queue form is refused to 3.1.1 with 0x80 (docs/security.md "Every refusal, and its code": a queue
 // worker needs MQTT 5's Response Topic and Correlation Data), so the job a
 // 3.1.1 publisher queued is taken by an MQTT 5 worker.

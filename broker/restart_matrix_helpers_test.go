@@ -20,8 +20,7 @@ import (
 // matrixConfig is the restart matrix's broker: one append channel, one
 // queue, and broadcast everywhere else (news/#, alerts/# are claimed by no
 // channel), every channel and the sessions on the one provider given — so
-// what a restart keeps is exactly what that provider keeps (delivery-front
-// §3 "Restart brings back").
+// what a restart keeps is exactly what that provider keeps (rfcs/sessions-ownership.md).
 func matrixConfig(provider string) string {
 	return appendConfigWith(provider, `  jobs:
     type: queue

@@ -16,8 +16,7 @@ import (
 // client can leave behind, across every way the broker stops and starts
 // again on the same data. Each cell asserts both halves of invariant 15 —
 // what a restart must bring back does, and what it must not (a lease, a
-// Delivery ID, a deadline) does not — against delivery-front §2 "Restart
-// cost" and the Restart column of §3's session table.
+// Delivery ID, a deadline) does not — against docs/channels.md "Sessions and Session Present" and rfcs/sessions-ownership.md.
 //
 // Each cell runs its own saguin binary in its own directory: the process is
 // the unit a restart acts on, and a cell's leftovers must not feed the next.
@@ -190,7 +189,7 @@ func matrixQueueWorker(t *testing.T, p *brokertest.Process, restart func()) {
 
 // A durable QoS 1 broadcast subscriber away across the restart is owed what
 // was published while it was away and what it had been sent and not
-// acknowledged (delivery-front §3: "QoS1/2 deliveries owed — restored";
+// acknowledged (rfcs/sessions-ownership.md: QoS1/2 deliveries owed — restored;
 // invariant 15: a session's own messages come back with it). Each comes
 // once, in order; the ones sent before carry their original packet ids
 // (MQTT-4.4.0-1) and may carry DUP, the ones never sent must not
@@ -248,8 +247,7 @@ func matrixBroadcastAway(t *testing.T, p *brokertest.Process, restart func()) {
 
 // A shared group whose members are all away, each with a session that
 // outlives its connection, keeps what was published to it, across the
-// restart (delivery-front §6 "Exception — shared group with all members
-// away"; §3 "Shared-group membership — kept"). The first member back is
+// restart (rfcs/broadcast-log.md: a shared group's membership is kept). The first member back is
 // served the backlog in publish order, once; the second member back is
 // owed nothing of it.
 func matrixSharedAway(t *testing.T, p *brokertest.Process, restart func()) {
@@ -290,7 +288,7 @@ func matrixSharedAway(t *testing.T, p *brokertest.Process, restart func()) {
 	m2.quiet(300*time.Millisecond, "the backlog went to one member only")
 }
 
-// A QoS 2 publisher stopped between PUBREC and PUBREL (delivery-front §2
+// A QoS 2 publisher stopped between PUBREC and PUBREL (docs/channels.md "Sessions and Session Present"
 // "Restart cost"): the session comes back with the provider's hold, so the
 // re-sent PUBREL completes (PUBCOMP 0x00) and writes exactly one record —
 // none before the PUBREL, none twice. A publisher whose session ended with
@@ -381,7 +379,7 @@ func matrixQoS2MidFlow(t *testing.T, p *brokertest.Process, restart func()) {
 }
 
 // A Will with a delay, pending when the broker stops, comes back with its
-// due moment (delivery-front §3: "Will — kept with due moment") and is
+// due moment (rfcs/sessions-ownership.md: Will — kept with due moment) and is
 // published after the restart, at that moment and not before, once. It is
 // sent to the append channel, so the test reads when it was published from
 // the record's saguin-timestamp rather than from its own clock.
@@ -428,7 +426,7 @@ func matrixWillDelay(t *testing.T, p *brokertest.Process, restart func()) {
 // that outlive their connection come back whether they were away or
 // connected when the broker stopped; one that ends with its connection,
 // and one ended by DISCONNECT with Session Expiry 0 before the stop, do not
-// (delivery-front §3 "Session ends when"). A memory provider killed keeps
+// (rfcs/sessions-ownership.md). A memory provider killed keeps
 // exactly its last snapshot (invariant 14), written by a graceful restart
 // before the kill: the session set up before that restart comes back, and
 // every later one is answered Session Present 0 — a broker claiming a

@@ -129,7 +129,7 @@ func (b *Broker) takeFromOldConnection(s *session) (old *mqtt.Client) {
 // session s, and the positions retention passed that make it end.
 func (b *Broker) endsAtConnect(s *session, cl *mqtt.Client, pk packets.Packet) (ends bool, passed []passedPosition) {
 	// A Clean Start ends the session, and so does any CONNECT for a
-	// session that ends with its connection (delivery-front §3), or
+	// session that ends with its connection (rfcs/sessions-ownership.md), or
 	// for one whose expiry passed while it was away: expiry and
 	// reconnect never interleave, whenever the sweep runs.
 	ends = pk.Connect.Clean || !s.isDurable() || b.expiredAway(s)
@@ -139,10 +139,10 @@ func (b *Broker) endsAtConnect(s *session, cl *mqtt.Client, pk packets.Packet) (
 	// invariant 1: checked here, at CONNECT and before anything
 	// resumes. A position retention passed is the one loss a
 	// consumer can be told of, and Session Present 0 is how
-	// (delivery-front §8 "Resuming below retention floor").
+	// (docs/channels.md "Sessions and Session Present").
 	var err error
 	if passed, err = b.passedPositions(s); err != nil {
-		// A failed read writes nothing (delivery-front §3): the
+		// A failed read writes nothing (rfcs/sessions-ownership.md): the
 		// CONNECT is refused 0x83 and the session stays as it was.
 		b.log.Error("CONNECT refused: reading the session's stored positions failed", "client", cl.ID, "error", err)
 		b.events.sessionStoreFailed.Add(1)
@@ -152,11 +152,11 @@ func (b *Broker) endsAtConnect(s *session, cl *mqtt.Client, pk packets.Packet) (
 }
 
 // endClaimedSession is claimSession's phase for a session the CONNECT
-// ends. delivery-front §3: a session that ends with its connection ends
+// ends. rfcs/sessions-ownership.md: a session that ends with its connection ends
 // at takeover; the new CONNECT is answered Session Present 0 whatever its
 // Clean Start. So does one retention passed a position of: it is
 // discarded — subscriptions, owed broadcast, held QoS 2 publishes —
-// except the positions retention did not pass (delivery-front §3
+// except the positions retention did not pass (rfcs/sessions-ownership.md
 // "Session ends when"), and the discard is stored before the CONNACK
 // (invariant 18). Each passed position goes with it, so the channel is
 // served from where a reader with no position starts.
@@ -411,7 +411,7 @@ func (b *Broker) endSession(id string, s *session) { b.endSessionKeeping(id, s, 
 
 // endSessionKeeping ends a session like endSession, but the positions on the
 // channels keep names stay stored: a session retention passed one position
-// of keeps the others (delivery-front §3).
+// of keeps the others (rfcs/sessions-ownership.md).
 func (b *Broker) endSessionKeeping(id string, s *session, keep map[string]bool) {
 	b.mu.Lock()
 	if s == nil {
@@ -422,8 +422,8 @@ func (b *Broker) endSessionKeeping(id string, s *session, keep map[string]bool) 
 	}
 	b.mu.Unlock()
 	if s != nil {
-		// "Ending happens in one place, all parts together; a pending
-		// Will is published first" (delivery-front §3).
+		// Ending happens in one place, all parts together, and a pending
+		// Will is published first (rfcs/sessions-ownership.md).
 		b.willAtSessionEnd(s, metrics.WillSessionEnded)
 		s.mu.Lock()
 		for f := range s.declared {

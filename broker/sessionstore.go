@@ -164,8 +164,8 @@ func (b *Broker) storeSession(s *session, subs []packets.Subscription) error {
 	if err := b.ensureGroups(subs, from); err != nil {
 		return err
 	}
-	// The broadcast log yields room to a session record (configuration.md
-	// §4.2 "Full session store"; bcastlog_full.go).
+	// The broadcast log yields room to a session record (bcastlog_full.go;
+	// rfcs/broadcast-log.md).
 	stored := storage.Record{Topic: s.id, Payload: payload, Timestamp: b.clock.Now()}
 	err = b.withLogRoom(stored.Size(), func() error {
 		_, err := b.sessionStore.Put(stored)

@@ -16,7 +16,7 @@ import (
 	"saguin.dev/storage"
 )
 
-// Shared subscriptions on broadcast (MQTT 5 §4.8.2, delivery-front §6,
+// Shared subscriptions on broadcast (MQTT 5 §4.8.2, rfcs/broadcast-log.md,
 // docs/channels.md "Shared subscriptions"; rfcs/broadcast-log.md). One member per message,
 // round-robin in client-id order among connected members with room. With
 // none, a QoS 1/2 message waits in the group's backlog — if some member's
@@ -290,7 +290,7 @@ func (b *Broker) oldestUnsentHanded(group string) uint64 {
 }
 
 // eligible reports whether a connected member may be handed m now
-// (docs/channels.md "Shared subscriptions" "Delivery"; delivery-front §5): it may be sent m
+// (docs/channels.md "Shared subscriptions"): it may be sent m
 // (the permission every delivery asks), at QoS 1/2 its Receive Maximum has
 // room for one more beyond what it holds and what waits for it, and m fits
 // its Maximum Packet Size. A member it does not fit is passed over, never
@@ -351,7 +351,7 @@ func durableMember(m *broadcastMsg, group map[string]packets.Subscription, membe
 
 // pullShares moves what the groups cl belongs to hold, oldest first, into
 // its outbox while it has room: the first member back is served the
-// backlog (delivery-front §6). Run by the member's sender.
+// backlog (rfcs/broadcast-log.md). Run by the member's sender.
 func (b *Broker) pullShares(o *outbox, cl *mqtt.Client) {
 	sh := b.fan.shares
 	if sh == nil || sh.n.Load() == 0 {
@@ -427,7 +427,7 @@ func (b *Broker) hasGroupMember(filter, except string) bool {
 }
 
 // memberEnded settles what shared groups had handed a session that is
-// ending (MQTT 5 §4.8.2, delivery-front §6): QoS 1 goes back to its group,
+// ending (MQTT 5 §4.8.2, rfcs/broadcast-log.md): QoS 1 goes back to its group,
 // ahead of the cursor; QoS 2 is never given to another member
 // (MQTT-4.8.2-5) — PUBREC'd counts as delivered, the rest is dropped and
 // counted member_ended. A group whose last member this was loses its
@@ -673,8 +673,7 @@ func (sh *shares) put(b *Broker, filter string, rec storedGroup) error {
 }
 
 // ensureGroups gives each shared group a durable session subscribes to at
-// QoS 1/2 a stored cursor before that SUBSCRIBE is answered (delivery-front
-// §6: "Group cursor created with record of first outliving-session member"),
+// QoS 1/2 a stored cursor before that SUBSCRIBE is answered (rfcs/broadcast-log.md: Group cursor created with record of first outliving-session member),
 // so a backlog that builds while every member is away survives even a crash
 // right after. from is the session's filters' subscribed-at offsets.
 func (b *Broker) ensureGroups(subs []packets.Subscription, from map[string]uint64) error {
@@ -706,8 +705,8 @@ func (b *Broker) ensureGroups(subs []packets.Subscription, from map[string]uint6
 }
 
 // restore reads the stored groups at start. A group none of whose members'
-// sessions came back is dropped (delivery-front §3: "dropped at start if no
-// member left").
+// sessions came back is dropped (rfcs/sessions-ownership.md: dropped at start if no
+// member left).
 func (sh *shares) restore(b *Broker, held map[string]*session) ([]*shareGroup, error) {
 	if sh == nil {
 		return nil, nil

@@ -8,7 +8,7 @@ import (
 )
 
 // Shared groups over append and latest channels (docs/channels.md "Shared subscriptions",
-// delivery-front §6; rfcs/broadcast-log.md): a group is served what is
+// rfcs/broadcast-log.md): a group is served what is
 // stored after it began — append: new records only, no replay, no
 // offsets, no position moved; latest: changes only, no state pass — split
 // one member per record like broadcast. A record a group with a member

@@ -43,7 +43,7 @@ func countPublishes(c *brokertest.RawClient, d time.Duration) int {
 	}
 }
 
-// docs/channels.md "Shared subscriptions" "Delivery" and delivery-front §5: a shared group
+// docs/channels.md "Shared subscriptions": a shared group
 // hands a message only to a member it fits — one whose Maximum Packet Size
 // it is over is passed over, not disconnected, and nothing is dropped or
 // counted; the member it fits takes every one.
@@ -107,7 +107,7 @@ func TestSharedGroupPassesOverAMemberWithoutReceiveMaximumRoom(t *testing.T) {
 	fast.Quiet(200 * time.Millisecond)
 }
 
-// MQTT 5 §4.8.2 and delivery-front §6, across a crash: a group's message
+// MQTT 5 §4.8.2 and rfcs/broadcast-log.md, across a crash: a group's message
 // on the wire to a member that had not acknowledged it comes back to that
 // member (resent, DUP, from its window) and to no other — the group's
 // stored cursor stays at it until it is acknowledged, and a restart does

@@ -12,7 +12,7 @@ import (
 	"saguin.dev/broker/internal/clock"
 )
 
-// Shared groups on broadcast with every member away (delivery-front §6,
+// Shared groups on broadcast with every member away (rfcs/broadcast-log.md,
 // rfcs/broadcast-log.md): QoS 1/2 waits in the group's backlog behind its
 // cursor, survives a restart on the session provider, and is served to the
 // first member back in publish order.

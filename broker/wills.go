@@ -155,7 +155,7 @@ func (b *Broker) refuseWill(cl *mqtt.Client, code packets.Code) error {
 
 // settleWill decides, as a connection claims session s, the Will the
 // session already held (the claiming connection's own replaces it
-// afterwards), following delivery-front §3: a session ending here
+// afterwards), following rfcs/sessions-ownership.md: a session ending here
 // publishes it (the wait ends when the session does); a live connection
 // being replaced has it published when it asked for no delay, dropped
 // otherwise; a waiting one is cancelled by the resume.
@@ -234,8 +234,8 @@ func (b *Broker) willAtSessionEnd(s *session, cause metrics.WillCause) {
 // is gone, so there is nobody to answer.
 // willListener names the stand-in connections a Will is published from:
 // in-process publishers, whose QoS 2 publishes are written at once, never
-// held for a PUBREL no one will send (rfcs/qos2-holds.md: "Only client publishes
-// are held").
+// held for a PUBREL no one will send (rfcs/qos2-holds.md: Only client publishes
+// are held).
 const willListener = "will"
 
 // cause is why it is published, counted once it is

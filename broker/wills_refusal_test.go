@@ -27,7 +27,7 @@ func waitLogged(t *testing.T, contains func(string) bool, s string) {
 }
 
 // A CONNECT refused for its Will changes nothing of the session its client
-// id holds (delivery-front §3 "CONNECT refused before touching anything";
+// id holds (rfcs/sessions-ownership.md;
 // docs/channels.md: a waiting Will is cancelled by a resume, "never a CONNECT that
 // was refused"). Each cause is answered on the wire with 0x90 and a reason;
 // afterwards the session away is resumed whole — Session Present 1, its

@@ -3,7 +3,7 @@ package main
 // The step 4 figures (issue 5, "Benchmarks"): a latest channel's current
 // state sent to a new subscriber, one latest update fanned out to many
 // subscribers, and point reads on $saguin/kv/get from one client and from
-// many (spec delivery-front §9). The reference brokers have no latest
+// many (rfcs/latest-channel.md). The reference brokers have no latest
 // channel; retained messages are MQTT's nearest thing - a current value per
 // topic, sent to a new subscriber - so their columns are a retained state
 // of as many topics, and one publish fanned out (not retained: see

@@ -16,7 +16,7 @@ import (
 
 // Current state: a set of topics holding one value each, published once,
 // then read back whole by a new subscriber. On Sagüin the topics belong to
-// a latest channel (spec delivery-front §9); on a reference broker they
+// a latest channel (rfcs/latest-channel.md); on a reference broker they
 // are retained messages, which is the nearest thing MQTT has.
 
 // MaxTopics bounds a topic set (invariant 13): the state reader keeps a
@@ -355,7 +355,7 @@ func (t *stateTracker) observe(d *delivery) {
 		t.note("topic %s carried %v", d.Topic, err)
 		return
 	}
-	// MQTT-3.3.1-9 for retained messages; spec delivery-front §9 for a
+	// MQTT-3.3.1-9 for retained messages; rfcs/latest-channel.md for a
 	// latest channel's state pass: a value sent because of the SUBSCRIBE
 	// carries RETAIN.
 	if !d.Retain {

@@ -13,7 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/packets"
 )
 
-// Point reads (spec delivery-front §9 "Point read"): a QoS 1 PUBLISH to
+// Point reads (rfcs/latest-channel.md): a QoS 1 PUBLISH to
 // $saguin/kv/get whose payload names a topic of a latest channel; the
 // broker answers the asking client alone, on the request's Response Topic,
 // with the topic's value as payload and the request's Correlation Data.

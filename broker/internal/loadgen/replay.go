@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// User Properties a Sagüin channel delivery carries (spec delivery-front §4).
+// User Properties a Sagüin channel delivery carries (docs/channels.md "What a delivery carries").
 const (
 	PropOffset    = "saguin-offset"
 	PropID        = "saguin-id"
