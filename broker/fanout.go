@@ -358,8 +358,9 @@ type outbox struct {
 	// seq), so it is keyed by the outbox's own numbers, never by packet id.
 	// The packet id is the session's deliveries' (rfcs/delivery-seam.md):
 	// each exchange carries its entry back (outboxAck), and the entry keeps
-	// the id it went out under only for the stored window, which a restart
-	// resends under the same ids (invariant 18, bcastlog.go windowLocked).
+	// the id it went out under only for what names it on the wire: the
+	// stored window, which a restart resends under the same ids (invariant
+	// 18, bcastlog.go windowLocked), and its PUBREL (appendPubrels).
 	// Bounded (invariant 13): an entry joins only with its exchange in the
 	// session's deliveries (within the client's Receive Maximum, or a
 	// stored window of at most 65,535 at a restart), and its charge counts
