@@ -290,8 +290,13 @@ func msgFromRecord(rec storage.Record) *broadcastMsg {
 }
 
 // wireEntry is one delivery on the wire: what the bound charged it, and
-// what its session's window stores of it.
+// what its session's window stores of it. pid is the packet id it went out
+// under, kept for what names it on the wire: the stored window, which a
+// restart resends under the same ids (invariant 18), and the PUBREL the
+// sender writes (appendPubrels). The outbox finds an entry by its own
+// number (outbox.onWire), never by pid.
 type wireEntry struct {
+	pid    uint16
 	charge int64
 	m      *broadcastMsg
 	qos    byte
@@ -337,11 +342,13 @@ func (o *outbox) cursorLocked(wm uint64) uint64 {
 // of each QoS 2 exchange (pubrecd). Caller holds o.mu.
 func (o *outbox) windowLocked() []storedInflight {
 	out := make([]storedInflight, 0, len(o.onWire))
-	for pid, w := range o.onWire {
+	for _, w := range o.onWire {
 		if w.m.off == 0 {
 			continue
 		}
-		out = append(out, storedInflight{Offset: w.m.off, PID: pid, QoS: w.qos, Pubrel: w.pubrel, Group: w.group})
+		// Stored under the id it is on the wire under, so a restart resends
+		// it (or its PUBREL) under that same id (invariant 18).
+		out = append(out, storedInflight{Offset: w.m.off, PID: w.pid, QoS: w.qos, Pubrel: w.pubrel, Group: w.group})
 	}
 	slices.SortFunc(out, func(a, b storedInflight) int { return int(a.PID) - int(b.PID) })
 	return out

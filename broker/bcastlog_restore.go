@@ -196,13 +196,20 @@ func (b *Broker) restoreDelivery(r *restoredBcast, m *broadcastMsg, now time.Tim
 		if left > 0 {
 			expires = now.Add(time.Duration(left) * time.Second)
 		}
-		// Called in offset order: the order first sent (MQTT-4.6.0-1).
-		r.s.deliv.restore(w.PID, r.o, routeOf(e), &pk, w.Pubrel, expires)
+		// Back on the wire as a new entry of the outbox's own (the next
+		// seq, which no waiting message takes), keeping the packet id it
+		// went out under: its exchange is restored under that id and
+		// carries the entry back (outboxAck), so the client is sent it, or
+		// its PUBREL, again under the same id (invariant 18).
 		r.o.mu.Lock()
-		r.o.onWire[w.PID] = wireEntry{charge: e.charge + inflightEntryCost, m: m, qos: w.QoS, group: w.Group, pubrel: w.Pubrel}
+		seq := r.o.seq
+		r.o.seq++
+		r.o.onWire[seq] = wireEntry{pid: w.PID, charge: e.charge + inflightEntryCost, m: m, qos: w.QoS, group: w.Group, pubrel: w.Pubrel}
 		r.o.wire += e.charge + inflightEntryCost
 		r.o.countLocked(m, 1)
 		r.o.mu.Unlock()
+		// Called in offset order: the order first sent (MQTT-4.6.0-1).
+		r.s.deliv.restore(w.PID, outboxAck{r.o, seq}, routeOf(e), &pk, w.Pubrel, expires)
 		return
 	}
 	if b.channelTopic(m.topic) {

@@ -131,10 +131,12 @@
 // its session; the substrate never sees it. ack ends the exchange and tells
 // its target (consumerAck.acked — the exchange carries the record's
 // offset and era back to consumer.acked —, latestAck.acked, queueAck.acked,
-// outbox.acked, retainedAck.acked), or, for a PUBREC, writes the PUBREL
+// outboxAck.acked — the outbox's entry, by its own seq, not the packet
+// id —, retainedAck.acked), or, for a PUBREC, writes the PUBREL
 // (deliveries.writeAck) — except for a logged broadcast, whose PUBREL the
 // sender writes once the window saying it is owed is stored
-// (outbox.pubrecd, fanout_send.go outbox.appendPubrels).
+// (outboxAck.pubrecd → outbox.pubrecd, fanout_send.go
+// outbox.appendPubrels).
 //
 // PUBREL from the client about its own QoS 2 publish. OnPacketRead waits
 // for the answers owed before it (inbound.settle) and calls qos2.go pubrel:

@@ -72,8 +72,8 @@ const (
 	// inflightEntryCost is what one delivery on the wire holds besides the
 	// message: its exchange in the session's deliveries with the packet
 	// kept to send again (an 800-byte packets.Packet, stored out of line in
-	// an 896-byte size class), the table's slot, and its entry in
-	// outbox.onWire.
+	// an 896-byte size class), the table's slot with its cookie
+	// (outboxAck), and its entry in outbox.onWire.
 	inflightEntryCost = 1152
 	// userPropertyCost is the header of one User Property (two strings).
 	userPropertyCost = int64(unsafe.Sizeof(packets.UserProperty{}))
@@ -353,12 +353,25 @@ type outbox struct {
 	// taken by the sender and being written at QoS 0; written at QoS 1/2
 	// and not yet acknowledged.
 	queued, writing, wire int64
-	onWire                map[uint16]wireEntry // packet id → what is on the wire under it
-	live                  bool                 // a connection is being served
-	// pubrels lists the QoS 2 deliveries PUBREC'd whose PUBREL the sender
-	// writes once the window recording it is stored (pubrecd), in PUBREC
-	// order. Bounded by onWire: an entry is listed once (relQueued).
-	pubrels []uint16
+	// onWire holds what is written at QoS 1/2 and not yet acknowledged, by
+	// entry: the seq it had waiting in q (a restored one is given the next
+	// seq), so it is keyed by the outbox's own numbers, never by packet id.
+	// The packet id is the session's deliveries' (rfcs/delivery-seam.md):
+	// each exchange carries its entry back (outboxAck), and the entry keeps
+	// the id it went out under only for what names it on the wire: the
+	// stored window, which a restart resends under the same ids (invariant
+	// 18, bcastlog.go windowLocked), and its PUBREL (appendPubrels).
+	// Bounded (invariant 13): an entry joins only with its exchange in the
+	// session's deliveries (within the client's Receive Maximum, or a
+	// stored window of at most 65,535 at a restart), and its charge counts
+	// against the half of limits.session_queue_bytes wireRoom keeps.
+	onWire map[uint64]wireEntry
+	live   bool // a connection is being served
+	// pubrels lists, by entry, the QoS 2 deliveries PUBREC'd whose PUBREL
+	// the sender writes once the window recording it is stored (pubrecd),
+	// in PUBREC order. Bounded by onWire: an entry is listed once
+	// (relQueued).
+	pubrels []uint64
 	// The broadcast-log side (bcastlog.go): from maps each filter to the
 	// log offset at which it was subscribed (a later subscription does not
 	// reach back); stored is the cursor last written, storedWindow
@@ -396,7 +409,7 @@ func (b *Broker) outboxOf(s *session) *outbox {
 	if o := s.bcast.Load(); o != nil {
 		return o
 	}
-	o := &outbox{s: s, onWire: make(map[uint16]wireEntry), from: make(map[string]uint64), wake: make(chan struct{}, 1)}
+	o := &outbox{s: s, onWire: make(map[uint64]wireEntry), from: make(map[string]uint64), wake: make(chan struct{}, 1)}
 	if s.bcast.CompareAndSwap(nil, o) {
 		return o
 	}
@@ -579,8 +592,9 @@ func (o *outbox) peek() (owed, bool) {
 
 // take removes the oldest waiting message if it is still the one with seq
 // (a publisher may have given it up meanwhile) and moves its charge: onto
-// the wire under pid for a QoS 1/2 delivery, to writing for QoS 0, or away
-// for one not delivered (pid 0, skip).
+// the wire for a QoS 1/2 delivery written under pid — its entry in onWire
+// keyed by the same seq, which its exchange's cookie carries (outboxAck) —,
+// to writing for QoS 0, or away for one not delivered (pid 0, skip).
 func (o *outbox) take(seq uint64, pid uint16, skip bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -598,7 +612,7 @@ func (o *outbox) take(seq uint64, pid uint16, skip bool) bool {
 	case skip:
 	case pid != 0:
 		o.wire += e.charge + inflightEntryCost
-		o.onWire[pid] = wireEntry{charge: e.charge + inflightEntryCost, m: e.m, qos: e.qos, group: e.group}
+		o.onWire[seq] = wireEntry{pid: pid, charge: e.charge + inflightEntryCost, m: e.m, qos: e.qos, group: e.group}
 		o.windowDirty = o.windowDirty || e.m.off != 0
 	default:
 		o.writing += e.charge
@@ -616,14 +630,31 @@ func (o *outbox) written(n int64) {
 	o.mu.Unlock()
 }
 
+// outboxAck is the cookie a broadcast or shared delivery's exchange carries
+// (deliveries.go), as consumerAck and latestAck do for the channel routes:
+// the outbox and the entry the delivery is on the wire as (its seq),
+// brought back with the client's PUBACK, PUBREC or PUBCOMP. The packet id
+// the deliveries hand it is not needed: the entry is found by its own
+// number (rfcs/delivery-seam.md "The session behind methods").
+type outboxAck struct {
+	o   *outbox
+	seq uint64
+}
+
+func (a outboxAck) acked(uint16) { a.o.acked(a.seq) }
+
+func (a outboxAck) pubrecd(uint16) bool { return a.o.pubrecd(a.seq) }
+
 // acked releases a QoS 1/2 delivery's charge at the end of its exchange
 // (PUBACK, PUBCOMP, a refusing PUBREC, a resend let go): routed here by the
-// session's deliveries (ackTarget).
-func (o *outbox) acked(pid uint16) {
+// session's deliveries through the exchange's cookie (outboxAck). An entry
+// no longer on the wire (a shared group took it back when the session
+// ended, memberEnded) is left alone.
+func (o *outbox) acked(seq uint64) {
 	o.mu.Lock()
-	w, ok := o.onWire[pid]
+	w, ok := o.onWire[seq]
 	if ok {
-		delete(o.onWire, pid)
+		delete(o.onWire, seq)
 		o.wire -= w.charge
 		o.countLocked(w.m, -1)
 		o.windowDirty = o.windowDirty || w.m.off != 0
@@ -635,15 +666,16 @@ func (o *outbox) acked(pid uint16) {
 	}
 }
 
-// pubrecd records that the client PUBREC'd the QoS 2 delivery under pid
-// (pubrecTarget): from now on a PUBREL is owed, never the message. For a
-// logged message of a session that outlives its connection, the sender
-// writes that PUBREL once the window saying so is stored (rfcs/broadcast-log.md), and it reports true; otherwise the session's deliveries write it at
-// once.
-func (o *outbox) pubrecd(pid uint16) bool {
+// pubrecd records that the client PUBREC'd the QoS 2 delivery on the wire
+// as entry seq (pubrecTarget, through outboxAck): from now on a PUBREL is
+// owed, never the message. For a logged message of a session that outlives
+// its connection, the sender writes that PUBREL once the window saying so
+// is stored (rfcs/broadcast-log.md), and it reports true; otherwise the
+// session's deliveries write it at once.
+func (o *outbox) pubrecd(seq uint64) bool {
 	durable := o.s.isDurable()
 	o.mu.Lock()
-	w, ok := o.onWire[pid]
+	w, ok := o.onWire[seq]
 	if !ok {
 		o.mu.Unlock()
 		return false
@@ -656,10 +688,10 @@ func (o *outbox) pubrecd(pid uint16) bool {
 		o.windowDirty = true
 		if !w.relQueued {
 			w.relQueued = true
-			o.pubrels = append(o.pubrels, pid)
+			o.pubrels = append(o.pubrels, seq)
 		}
 	}
-	o.onWire[pid] = w
+	o.onWire[seq] = w
 	o.mu.Unlock()
 	if deferred {
 		// Not live (the connection going): the resume sends it.

@@ -142,7 +142,7 @@ func TestInvariant13_BroadcastEncodingsPaidForByHoldingEntries(t *testing.T) {
 	if n := kept(); n != 2 {
 		t.Fatalf("one of 3 entries on the wire: %d encodings kept, want 2", n)
 	}
-	outboxes[0].acked(1)
+	outboxes[0].acked(0) // the entry taken as seq 0 (under packet id 1)
 	if n := kept(); n != 1 {
 		t.Fatalf("held by 2 entries: %d encodings kept, want 1", n)
 	}

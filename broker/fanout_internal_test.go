@@ -84,13 +84,16 @@ func TestInvariant13_BroadcastQoS1GivesUpTheOldestWaiting(t *testing.T) {
 	m := testMsg(b, 1, 100)
 	c := m.charge()
 	fit := int(bound / 2 / c)
-	// Two on the wire, as the sender would put them.
+	// Two on the wire, as the sender would put them: each entry is found
+	// by its seq (what its exchange's cookie carries), not its packet id.
+	var onWireSeqs []uint64
 	for pid := uint16(1); pid <= 2; pid++ {
 		o.offer(b, m, 1, "", false)
 		e, _ := o.peek()
 		if !o.take(e.seq, pid, false) {
 			t.Fatal("take failed")
 		}
+		onWireSeqs = append(onWireSeqs, e.seq)
 	}
 	for i := 0; i < fit+10; i++ {
 		if !o.offer(b, m, 1, "", false) {
@@ -114,8 +117,8 @@ func TestInvariant13_BroadcastQoS1GivesUpTheOldestWaiting(t *testing.T) {
 		t.Fatalf("newest kept is %d, want %d", last, 2+fit+10-1)
 	}
 	// An acknowledgement releases its charge and nothing else.
-	o.acked(1)
-	o.acked(1) // twice changes nothing more
+	o.acked(onWireSeqs[0])
+	o.acked(onWireSeqs[0]) // twice changes nothing more
 	if _, _, wire, _ := o.usage(); wire != onWire {
 		t.Fatalf("after one PUBACK the wire holds %d, want %d", wire, onWire)
 	}

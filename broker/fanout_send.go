@@ -95,10 +95,10 @@ func (o *outbox) stop() {
 	clear(o.q[len(kept):])
 	o.q, o.head = kept, 0
 	// A resume sends every PUBREL owed again.
-	for _, pid := range o.pubrels {
-		if w, ok := o.onWire[pid]; ok {
+	for _, seq := range o.pubrels {
+		if w, ok := o.onWire[seq]; ok {
 			w.relQueued = false
-			o.onWire[pid] = w
+			o.onWire[seq] = w
 		}
 	}
 	o.pubrels = o.pubrels[:0]
@@ -229,8 +229,10 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 			// The acknowledgement routes back through the session's
 			// deliveries (OnPacketRead), which keep the packet for a
 			// resuming connection, sent again in the order first sent
-			// (MQTT-4.4.0-1, -4.6.0-1).
-			if !o.s.deliv.reserve(cl, o, r, &pk, now) {
+			// (MQTT-4.4.0-1, -4.6.0-1). Its exchange carries the entry
+			// the delivery goes on the wire as (take: its seq) back to
+			// the outbox.
+			if !o.s.deliv.reserve(cl, outboxAck{o, e.seq}, r, &pk, now) {
 				return qos0, true // the client's Receive Maximum is full
 			}
 		}
@@ -238,7 +240,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 		// Copied from the message's encoding for another subscriber of the
 		// same shape where there is one (fanout_encode.go).
 		if err := b.encodeBroadcast(buf, e.m, &pk, v, maxSize); err != nil {
-			o.s.deliv.release(pk.PacketID, o)
+			o.s.deliv.release(pk.PacketID, outboxAck{o, e.seq})
 			if o.take(e.seq, 0, true) {
 				// docs/channels.md "What a delivery carries": a broadcast message too large for the
 				// subscriber is dropped for it; it stays connected.
@@ -249,7 +251,7 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 		}
 		if !o.take(e.seq, pk.PacketID, false) {
 			buf.Truncate(start) // given up by a publisher meanwhile
-			o.s.deliv.release(pk.PacketID, o)
+			o.s.deliv.release(pk.PacketID, outboxAck{o, e.seq})
 			continue
 		}
 		n++
@@ -264,19 +266,26 @@ func (o *outbox) fill(b *Broker, cl *mqtt.Client, buf *bytes.Buffer) (qos0 int64
 // PUBREC'd (outbox.pubrecd), in the order the PUBRECs came (MQTT-4.6.0-3),
 // to be written after the window that records them is stored.
 func (o *outbox) appendPubrels(cl *mqtt.Client, buf *bytes.Buffer) {
+	type rel struct {
+		seq uint64
+		pid uint16
+	}
 	o.mu.Lock()
-	due := slices.Clone(o.pubrels)
-	o.pubrels = o.pubrels[:0]
-	for _, pid := range due {
-		if w, ok := o.onWire[pid]; ok {
+	due := make([]rel, 0, len(o.pubrels))
+	for _, seq := range o.pubrels {
+		if w, ok := o.onWire[seq]; ok {
 			w.relQueued = false
-			o.onWire[pid] = w
+			o.onWire[seq] = w
+			due = append(due, rel{seq, w.pid})
 		}
 	}
+	o.pubrels = o.pubrels[:0]
 	o.mu.Unlock()
-	for _, pid := range due {
-		if o.s.deliv.pubrelDue(pid, o) {
-			appendAck(buf, packets.Pubrel, pid, 0, cl.Properties.ProtocolVersion)
+	for _, r := range due {
+		// Asked of the exchange this entry's cookie made: the PUBREL goes
+		// out under the id the delivery did.
+		if o.s.deliv.pubrelDue(r.pid, outboxAck{o, r.seq}) {
+			appendAck(buf, packets.Pubrel, r.pid, 0, cl.Properties.ProtocolVersion)
 		}
 	}
 }

@@ -235,16 +235,28 @@ func TestSessionSeam_SeekAssignsNoConsumerField(t *testing.T) {
 	})
 }
 
-// An append, latest or queue delivery's exchange carries its cookie back
-// to its route (consumerAck, latestAck, queueAck with its job): the
-// deliveries' table is the only one keyed by packet id, and consumer.go,
-// latest_consumer.go and queue.go keep none of their own. (The broadcast
-// outbox still keeps its window by packet id, fanout.go onWire: the stored
-// window resends under the same identifiers, rfcs/delivery-seam.md "The
-// session behind methods".)
-func TestSessionSeam_NoPacketIDTableOnTheAppendRoute(t *testing.T) {
+// Every route's exchange carries its cookie back to the route (consumerAck,
+// latestAck, queueAck with its job, outboxAck with the outbox's entry
+// seq): the deliveries' table is the only one keyed by packet id. The
+// channel pumps, the queue, and the broadcast outbox with its sender, its
+// stored window and its restore (fanout.go, fanout_send.go, bcastlog*.go)
+// keep none of their own; the broadcast outbox's entries keep the id they
+// went out under as data, for the stored window a restart resends under
+// (rfcs/delivery-seam.md "The session behind methods"). A key is judged by
+// its type, so a named type over uint16 is caught too.
+func TestSessionSeam_NoPacketIDTableOnAnyRoute(t *testing.T) {
 	src := loadTypedSource(t)
-	for _, name := range []string{"consumer.go", "latest_consumer.go", "queue.go"} {
+	byPacketID := func(key ast.Expr) bool {
+		if tv, ok := src.info.Types[key]; ok && tv.Type != nil {
+			b, ok := tv.Type.Underlying().(*types.Basic)
+			return ok && b.Kind() == types.Uint16
+		}
+		k, ok := key.(*ast.Ident)
+		return ok && k.Name == "uint16"
+	}
+	maps := 0
+	for _, name := range []string{"consumer.go", "latest_consumer.go", "queue.go",
+		"fanout.go", "fanout_send.go", "bcastlog.go", "bcastlog_full.go", "bcastlog_restore.go"} {
 		f := src.files[name]
 		if f == nil {
 			t.Fatalf("%s not read", name)
@@ -254,11 +266,15 @@ func TestSessionSeam_NoPacketIDTableOnTheAppendRoute(t *testing.T) {
 			if !ok {
 				return true
 			}
-			if k, ok := m.Key.(*ast.Ident); ok && k.Name == "uint16" {
+			maps++
+			if byPacketID(m.Key) {
 				t.Errorf("%s: a table keyed by packet id: let the exchange carry its cookie (deliveries.go)", src.fset.Position(m.Pos()))
 			}
 			return true
 		})
+	}
+	if maps == 0 {
+		t.Fatal("no map type found in the files read: the check reads nothing")
 	}
 }
 

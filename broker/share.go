@@ -449,11 +449,14 @@ func (b *Broker) memberEnded(s *session) {
 		}
 		clear(o.q[len(kept):])
 		o.q, o.head = kept, 0
-		for pid, w := range o.onWire {
+		for seq, w := range o.onWire {
 			if w.group == "" {
 				continue
 			}
-			delete(o.onWire, pid)
+			// Its exchange stays in the session's deliveries, which end
+			// with the session; an acknowledgement meanwhile finds no entry
+			// under this seq (outbox.acked).
+			delete(o.onWire, seq)
 			o.wire -= w.charge
 			o.countLocked(w.m, -1)
 			handed = append(handed, owed{m: w.m, qos: w.qos, group: w.group, charge: w.m.charge()})
