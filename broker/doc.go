@@ -30,7 +30,8 @@
 // sessionstore.go, wills.go), storage of every publish to a channel
 // (publish.go, inbound.go, qos2.go, latest.go, retained.go) and every
 // delivery to a connection (deliveries.go; the pumps in consumer.go,
-// latest_consumer.go, queue_offer.go; broadcast in fanout.go and
+// latest_consumer.go — which reach the deliveries through their sink,
+// delivery_sink.go —, queue_offer.go; broadcast in fanout.go and
 // fanout_send.go; the connection writer in conn_writer.go). hooks.go is
 // only the adapter between the two: each substrate event becomes one call
 // into the broker. The metric catalogue (broker/internal/metrics) reads

@@ -287,3 +287,76 @@ func TestSessionSeam_ClaimSessionIsItsPhases(t *testing.T) {
 		t.Fatal("claimSession not found")
 	}
 }
+
+// The append and latest pumps reach the session's deliveries only through
+// their delivery sink (delivery_sink.go; rfcs/delivery-seam.md "The
+// delivery sink"): consumer.go and latest_consumer.go select no field of
+// the deliveries, nor session.deliv, call no method of the deliveries, and
+// name no *mqtt.Client — the bridge's outbound reader is a sink that is no
+// mochi connection, and a pump that names one could not serve it.
+func TestSessionSeam_PumpsReachDeliveriesThroughTheSink(t *testing.T) {
+	src := loadTypedSource(t)
+	pumps := []string{"consumer.go", "latest_consumer.go"}
+	for _, s := range src.fieldSelections() {
+		if !slices.Contains(pumps, s.file) {
+			continue
+		}
+		if s.typ == "deliveries" || (s.typ == "session" && s.field == "deliv") {
+			t.Errorf("%s: %s.%s: a pump reaches the deliveries through its sink (delivery_sink.go)", s.pos, s.typ, s.field)
+		}
+	}
+	seen := 0
+	for sel, s := range src.sels {
+		pos := src.fset.Position(sel.Sel.Pos())
+		if !slices.Contains(pumps, filepath.Base(pos.Filename)) || s.Kind() != types.MethodVal {
+			continue
+		}
+		recv := s.Recv()
+		if p, ok := recv.(*types.Pointer); ok {
+			recv = p.Elem()
+		}
+		n, ok := recv.(*types.Named)
+		if !ok {
+			continue
+		}
+		switch n.Obj().Name() {
+		case "deliveries":
+			t.Errorf("%s: deliveries.%s: a pump reaches the deliveries through its sink (delivery_sink.go)", pos, sel.Sel.Name)
+		case "deliverySink":
+			seen++
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no call of a deliverySink method found in the pumps: the check reads nothing")
+	}
+	for _, name := range pumps {
+		f := src.files[name]
+		if f == nil {
+			t.Fatalf("%s not read", name)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			ast.Inspect(fd, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok || sel.Sel.Name != "Client" {
+					return true
+				}
+				id, ok := sel.X.(*ast.Ident)
+				if !ok {
+					return true
+				}
+				if pn, ok := src.info.Uses[id].(*types.PkgName); ok && pn.Imported().Path() == "github.com/mochi-mqtt/server/v2" {
+					where := "in its body"
+					if sel.Pos() < fd.Type.End() {
+						where = "in its signature"
+					}
+					t.Errorf("%s: %s names *mqtt.Client %s: the connection stays inside the sink (connSink)", src.fset.Position(sel.Pos()), fd.Name.Name, where)
+				}
+				return true
+			})
+		}
+	}
+}

@@ -245,11 +245,12 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	for _, r := range retained {
 		b.sendRetained(s, cl, r.sub, r.recs)
 	}
+	sink := s.sink(b, cl)
 	for _, c := range started {
-		c.start(cl)
+		c.start(sink)
 	}
 	for _, c := range latestFresh {
-		c.start(cl)
+		c.start(sink)
 	}
 	return handled, nil
 }
