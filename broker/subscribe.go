@@ -245,6 +245,9 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	for _, r := range retained {
 		b.sendRetained(s, cl, r.sub, r.recs)
 	}
+	if s == nil {
+		return handled, nil // no session: no consumer was made
+	}
 	sink := s.sink(b, cl)
 	for _, c := range started {
 		c.start(sink)
