@@ -59,7 +59,7 @@ type connSink struct {
 }
 
 // sink is the session's delivery sink for the connection cl: what its
-// pumps are started with (sessionEstablished, subscribe).
+// pumps are started with (sessionEstablished; subscribe's startDeliveries).
 func (s *session) sink(b *Broker, cl *mqtt.Client) deliverySink {
 	return connSink{b: b, d: s.deliv, cl: cl}
 }

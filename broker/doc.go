@@ -145,7 +145,11 @@
 //
 // SUBSCRIBE. OnPacketRead waits for the connection's earlier publishes,
 // takes the owner's turn (ownership.go ownerTurn) and calls subscribe.go
-// subscribe: each filter judged by the configuration's routing (route.go
+// subscribe, which reads as its phases (refuseMalformedSubscribe,
+// refuseDeniedShare, readSubscribeInstructions, admitFilters,
+// withinSubscriptionLimit, storeSubscriptions, declareSlices,
+// addSubscriptions, writeSuback, startDeliveries): each filter judged by
+// the configuration's routing (route.go
 // routing.filterCode, routing.queueFormCode; saguin --route asks the same
 // code) and then the ACL (permissions.go subscribeRefusal), the channel
 // consumers made (addChannelSubscription, startingPosition; latest.go

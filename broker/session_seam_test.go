@@ -264,8 +264,9 @@ func TestSessionSeam_NoPacketIDTableOnTheAppendRoute(t *testing.T) {
 
 // claimSession reads as its phases (takeFromOldConnection, endsAtConnect,
 // endClaimedSession, giveSessionTo, storeClaimedSession): its own body
-// stays short enough to see them all at once. (subscribe is not split
-// yet: rfcs/delivery-seam.md "The session behind methods".)
+// stays short enough to see them all at once. (subscribe is held to its
+// phases the same way: TestSessionSeam_SubscribeIsItsPhases;
+// rfcs/delivery-seam.md "The session behind methods".)
 func TestSessionSeam_ClaimSessionIsItsPhases(t *testing.T) {
 	src := loadTypedSource(t)
 	const maxLines = 50
@@ -358,5 +359,49 @@ func TestSessionSeam_PumpsReachDeliveriesThroughTheSink(t *testing.T) {
 				return true
 			})
 		}
+	}
+}
+
+// subscribe reads as its phases, in the order a SUBSCRIBE is served
+// (rfcs/delivery-seam.md "The session behind methods"): the packet's
+// protocol errors and a share the ACL denies, its saguin-* instructions,
+// each filter's code, the subscription limit, the session stored, the
+// slices declared, the subscriptions made, the SUBACK, and then the
+// retained passes and the pumps. Its own body stays short enough to see
+// them all at once, and calls each.
+func TestSessionSeam_SubscribeIsItsPhases(t *testing.T) {
+	src := loadTypedSource(t)
+	const maxLines = 40
+	phases := []string{"refuseMalformedSubscribe", "refuseDeniedShare", "readSubscribeInstructions", "admitFilters",
+		"withinSubscriptionLimit", "storeSubscriptions", "declareSlices", "addSubscriptions", "writeSuback", "startDeliveries"}
+	found := false
+	for _, f := range src.files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Name.Name != "subscribe" || fd.Recv == nil || fd.Body == nil {
+				continue
+			}
+			found = true
+			from, to := src.fset.Position(fd.Body.Lbrace), src.fset.Position(fd.Body.Rbrace)
+			if n := to.Line - from.Line - 1; n > maxLines {
+				t.Errorf("%s: subscribe is %d lines (at most %d): split what it does into named phases", from, n, maxLines)
+			}
+			// The phases it calls, in the order called.
+			var called []string
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && slices.Contains(phases, sel.Sel.Name) {
+						called = append(called, sel.Sel.Name)
+					}
+				}
+				return true
+			})
+			if !slices.Equal(called, phases) {
+				t.Errorf("%s: subscribe calls %v; want its phases, each once, in order: %v", from, called, phases)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("Broker.subscribe not found")
 	}
 }
