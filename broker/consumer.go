@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/topic"
@@ -121,10 +120,11 @@ func (c *consumer) logHandOver(why string) {
 		"position", pos, "next", next, "unacknowledged", unacked)
 }
 
-// start runs the pump for the connection cl. The caller has stopped any
-// earlier pump first (stop), so two pumps never write one consumer's records
-// out of order.
-func (c *consumer) start(cl *mqtt.Client) {
+// start runs the pump, delivering through sink (delivery_sink.go: the
+// session's deliveries bound to the connection it serves). The caller has
+// stopped any earlier pump first (stop), so two pumps never write one
+// consumer's records out of order.
+func (c *consumer) start(sink deliverySink) {
 	c.mu.Lock()
 	// A new connection resumes from the lowest unacknowledged offset: the
 	// deliveries of the old one are gone with it.
@@ -132,7 +132,7 @@ func (c *consumer) start(cl *mqtt.Client) {
 	c.inflight = make(map[uint64]struct{})
 	c.era++
 	from := c.next
-	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
+	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, sink) })
 	c.mu.Unlock()
 	c.b.log.Debug("consumer serving", "client", c.sess.id, "channel", c.ch.name, "from", from)
 }
@@ -174,8 +174,8 @@ func (c *consumer) acked(pid uint16, era, offset uint64) {
 // run is the pump: read from the consumer's offset, write what its filters
 // match, wait for room and for new records. It exits when ctx ends or the
 // connection fails.
-func (c *consumer) run(ctx context.Context, cl *mqtt.Client) {
-	for ctx.Err() == nil && !cl.Closed() {
+func (c *consumer) run(ctx context.Context, sink deliverySink) {
+	for ctx.Err() == nil && !sink.closed() {
 		c.mu.Lock()
 		from, era := c.next, c.era
 		c.mu.Unlock()
@@ -205,13 +205,13 @@ func (c *consumer) run(ctx context.Context, cl *mqtt.Client) {
 		batch := c.batch[:0]
 		for i := range recs {
 			ok := false
-			batch, ok = c.prepare(ctx, cl, &recs[i], era, batch)
+			batch, ok = c.prepare(ctx, sink, &recs[i], era, batch)
 			if !ok {
 				break
 			}
 		}
 		c.batch = batch[:0]
-		if !c.flush(cl, batch) {
+		if !c.flush(sink, batch) {
 			continue
 		}
 	}
@@ -271,8 +271,8 @@ const pumpWriteBatch = 64
 // first writing the batch and waiting when the client's window is full. It
 // returns false when the pump must re-read (era changed, context ended,
 // connection failed).
-func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Record, era uint64, batch []prepared) ([]prepared, bool) {
-	m, ok := c.match(rec, cl)
+func (c *consumer) prepare(ctx context.Context, sink deliverySink, rec *storage.Record, era uint64, batch []prepared) ([]prepared, bool) {
+	m, ok := c.match(rec)
 	if !ok {
 		// Nothing of this session's wants the record (filters, No Local):
 		// the position steps past it (docs/channels.md "Broadcast").
@@ -290,7 +290,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	// waits for a wake (an acknowledgement, a grant given back) or a
 	// raised floor. It reports whether the pump may look at rec again.
 	wait := func() bool {
-		if !c.flush(cl, batch) {
+		if !c.flush(sink, batch) {
 			batch = batch[:0]
 			return false
 		}
@@ -312,7 +312,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		}
 		return true
 	}
-	for !c.b.permit(cl, routeAppend, rec.Topic) {
+	for !sink.permit(routeAppend, rec.Topic) {
 		// invariant 16: a refused record stalls the consumer where it
 		// stands — never stepped over, its position unmoved — so nothing is
 		// lost if the grant comes back, and the grant coming back is what
@@ -330,7 +330,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	if m.qos > 0 {
 		for {
 			c.mu.Lock()
-			room := len(c.inflight) < pumpMaxInflight && c.sess.deliv.room(cl)
+			room := len(c.inflight) < pumpMaxInflight && sink.room()
 			stale := c.era != era
 			c.mu.Unlock()
 			if stale {
@@ -354,7 +354,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 		return batch, false
 	}
 	if m.qos > 0 {
-		if !c.sess.deliv.reserve(cl, consumerAck{c, era, rec.Offset}, routeAppend, &pk, now) {
+		if !sink.reserve(consumerAck{c, era, rec.Offset}, routeAppend, &pk, now) {
 			// The window filled since it was looked at (another route
 			// took the room): the pump reads again, and waits there.
 			c.mu.Unlock()
@@ -365,7 +365,7 @@ func (c *consumer) prepare(ctx context.Context, cl *mqtt.Client, rec *storage.Re
 	c.next = rec.Offset + 1
 	c.mu.Unlock()
 
-	return addToRun(batch, prepared{pk: pk, offset: rec.Offset, era: era}, func(run []prepared) bool { return c.flush(cl, run) })
+	return addToRun(batch, prepared{pk: pk, offset: rec.Offset, era: era}, func(run []prepared) bool { return c.flush(sink, run) })
 }
 
 // addToRun adds a prepared delivery to a pump's run and writes the run
@@ -379,14 +379,14 @@ func addToRun[T any](run []T, p T, flush func([]T) bool) ([]T, bool) {
 	return run[:0], flush(run)
 }
 
-// flush writes the prepared deliveries in one write through the session's
-// deliveries, bounded by the connection's write deadline (invariant 16).
-// It reports whether the pump may go on.
-func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
+// flush writes the prepared deliveries in one write through the sink,
+// bounded by the connection's write deadline (invariant 16). It reports
+// whether the pump may go on.
+func (c *consumer) flush(sink deliverySink, batch []prepared) bool {
 	if len(batch) == 0 {
 		return true
 	}
-	if cl.Closed() || cl.Net.Conn == nil {
+	if sink.closed() {
 		return false
 	}
 	if floor := c.ch.log.Floor(); batch[0].offset < floor {
@@ -400,14 +400,14 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 		// moved was read while it was held: it is the one delivered just
 		// before the sweep, not one served from below the floor.
 		for _, p := range batch {
-			c.unsend(p)
+			c.unsend(sink, p)
 		}
 		return false
 	}
-	i, err, werr := c.sess.deliv.writeRun(cl, len(batch), func(i int) *packets.Packet { return &batch[i].pk })
+	i, err, werr := sink.writeRun(len(batch), func(i int) *packets.Packet { return &batch[i].pk })
 	if err != nil {
 		for _, p := range batch[i:] {
-			c.unsend(p)
+			c.unsend(sink, p)
 		}
 		if errors.Is(err, packets.ErrPacketTooLarge) {
 			// docs/channels.md "What a delivery carries": a record too large for the subscriber's Maximum
@@ -415,7 +415,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 			// the position stays below it.
 			c.b.log.Warn("record larger than the client's Maximum Packet Size: disconnecting",
 				"client", c.sess.id, "channel", c.ch.name, "offset", batch[i].offset)
-			_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+			sink.refuseTooLarge()
 		} else {
 			c.b.log.Error("encoding a delivery", "client", c.sess.id, "channel", c.ch.name, "error", err)
 		}
@@ -441,7 +441,7 @@ func (c *consumer) flush(cl *mqtt.Client, batch []prepared) bool {
 // unsend rolls back a delivery that never reached the wire: its packet
 // identifier is free again, and the consumer reads from it again unless a
 // seek has moved the position since it was taken (its era ended).
-func (c *consumer) unsend(p prepared) {
+func (c *consumer) unsend(sink deliverySink, p prepared) {
 	pid := p.pk.PacketID
 	c.mu.Lock()
 	if c.era == p.era {
@@ -454,7 +454,7 @@ func (c *consumer) unsend(p prepared) {
 	}
 	c.mu.Unlock()
 	if pid != 0 {
-		c.sess.deliv.release(pid, consumerAck{c, p.era, p.offset})
+		sink.release(pid, consumerAck{c, p.era, p.offset})
 	}
 }
 
@@ -468,7 +468,7 @@ type matched struct {
 	multiChannel bool
 }
 
-func (c *consumer) match(rec *storage.Record, cl *mqtt.Client) (matched, bool) {
+func (c *consumer) match(rec *storage.Record) (matched, bool) {
 	var m matched
 	found := false
 	c.sess.eachSubscription(func(s subscription) {

@@ -30,7 +30,8 @@
 // sessionstore.go, wills.go), storage of every publish to a channel
 // (publish.go, inbound.go, qos2.go, latest.go, retained.go) and every
 // delivery to a connection (deliveries.go; the pumps in consumer.go,
-// latest_consumer.go, queue_offer.go; broadcast in fanout.go and
+// latest_consumer.go — which reach the deliveries through their sink,
+// delivery_sink.go —, queue_offer.go; broadcast in fanout.go and
 // fanout_send.go; the connection writer in conn_writer.go). hooks.go is
 // only the adapter between the two: each substrate event becomes one call
 // into the broker. The metric catalogue (broker/internal/metrics) reads
@@ -146,7 +147,11 @@
 //
 // SUBSCRIBE. OnPacketRead waits for the connection's earlier publishes,
 // takes the owner's turn (ownership.go ownerTurn) and calls subscribe.go
-// subscribe: each filter judged by the configuration's routing (route.go
+// subscribe, which reads as its phases (refuseMalformedSubscribe,
+// refuseDeniedShare, readSubscribeInstructions, admitFilters,
+// withinSubscriptionLimit, storeSubscriptions, declareSlices,
+// addSubscriptions, writeSuback, startDeliveries): each filter judged by
+// the configuration's routing (route.go
 // routing.filterCode, routing.queueFormCode; saguin --route asks the same
 // code) and then the ACL (permissions.go subscribeRefusal), the channel
 // consumers made (addChannelSubscription, startingPosition; latest.go

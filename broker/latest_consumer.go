@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/topic"
@@ -192,7 +191,8 @@ func (c *latestConsumer) restoreFilter(sub subscription) {
 	c.mu.Unlock()
 }
 
-// start serves the connection cl. The caller has stopped any earlier pump
+// start serves the receiver sink (delivery_sink.go: the session's
+// deliveries bound to the connection it serves). The caller has stopped any earlier pump
 // (stop), so two never write one consumer's values out of order. A start
 // after the first is a resume, and earns what docs/channels.md "`latest`" says a resumed
 // session gets: the changes since its mark, not the deletions stored while
@@ -200,7 +200,7 @@ func (c *latestConsumer) restoreFilter(sub subscription) {
 // nothing about what arrived), and its unacknowledged deliveries again
 // where the store still holds them. A consumer restored at a start has no
 // mark and gets the full state.
-func (c *latestConsumer) start(cl *mqtt.Client) {
+func (c *latestConsumer) start(sink deliverySink) {
 	head := c.ch.values.Next()
 	c.mu.Lock()
 	c.hold = 0
@@ -240,7 +240,7 @@ func (c *latestConsumer) start(cl *mqtt.Client) {
 		c.inflight = make(map[uint64]latestDelivery)
 	}
 	c.served = true
-	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, cl) })
+	c.pump.goLocked(c.b, func(ctx context.Context) { c.run(ctx, sink) })
 	c.mu.Unlock()
 	c.b.log.Debug("latest consumer serving", "client", c.sess.id, "channel", c.ch.name)
 }
@@ -278,8 +278,8 @@ func (c *latestConsumer) acked(seq uint64) {
 
 // run is the pump: resend what the last connection left unacknowledged,
 // then any pass owed, then the changes; wait when there is nothing to do.
-func (c *latestConsumer) run(ctx context.Context, cl *mqtt.Client) {
-	for ctx.Err() == nil && !cl.Closed() {
+func (c *latestConsumer) run(ctx context.Context, sink deliverySink) {
+	for ctx.Err() == nil && !sink.closed() {
 		changed := c.ch.wait()
 		c.mu.Lock()
 		held := c.hold > 0
@@ -302,11 +302,11 @@ func (c *latestConsumer) run(ctx context.Context, cl *mqtt.Client) {
 			case <-c.wake:
 			}
 		case resend != nil:
-			c.resendAll(ctx, cl, resend)
+			c.resendAll(ctx, sink, resend)
 		case pass != nil:
-			c.runPass(ctx, cl, *pass)
+			c.runPass(ctx, sink, *pass)
 		default:
-			if !c.live(ctx, cl, from) {
+			if !c.live(ctx, sink, from) {
 				select {
 				case <-ctx.Done():
 				case <-changed:
@@ -329,7 +329,7 @@ func (c *latestConsumer) sleep(ctx context.Context, d time.Duration) {
 // live serves the changes from the mark: one read of the store, in offset
 // order. It reports whether it moved, so the pump waits only when there
 // was nothing new.
-func (c *latestConsumer) live(ctx context.Context, cl *mqtt.Client, from uint64) bool {
+func (c *latestConsumer) live(ctx context.Context, sink deliverySink, from uint64) bool {
 	head := c.ch.values.Next() // before the read: every offset below it is committed
 	recs, err := c.ch.values.Since(from, pumpReadBatch)
 	if err != nil {
@@ -342,13 +342,13 @@ func (c *latestConsumer) live(ctx context.Context, cl *mqtt.Client, from uint64)
 	complete := true
 	for i := range recs {
 		var ok bool
-		if batch, ok = c.offer(ctx, cl, &recs[i], fromLive, nil, false, now, batch); !ok {
+		if batch, ok = c.offer(ctx, sink, &recs[i], fromLive, nil, false, now, batch); !ok {
 			complete = false
 			break
 		}
 	}
 	c.batch = batch[:0]
-	if !c.flush(cl, batch) {
+	if !c.flush(sink, batch) {
 		return true
 	}
 	moved := len(recs) > 0
@@ -368,7 +368,7 @@ func (c *latestConsumer) live(ctx context.Context, cl *mqtt.Client, from uint64)
 
 // runPass serves a batch of one current-state pass; the pass is done once
 // it has read every value below its bound.
-func (c *latestConsumer) runPass(ctx context.Context, cl *mqtt.Client, p statePass) {
+func (c *latestConsumer) runPass(ctx context.Context, sink deliverySink, p statePass) {
 	recs, err := c.ch.values.Since(p.from, pumpReadBatch)
 	if err != nil {
 		c.b.log.Error("reading a latest channel's state for a consumer", "channel", c.ch.name, "client", c.sess.id, "error", err)
@@ -384,13 +384,13 @@ func (c *latestConsumer) runPass(ctx context.Context, cl *mqtt.Client, p statePa
 			break
 		}
 		var ok bool
-		if batch, ok = c.offer(ctx, cl, &recs[i], fromPass, &p, true, now, batch); !ok {
+		if batch, ok = c.offer(ctx, sink, &recs[i], fromPass, &p, true, now, batch); !ok {
 			done = false
 			break
 		}
 	}
 	c.batch = batch[:0]
-	if !c.flush(cl, batch) || !done {
+	if !c.flush(sink, batch) || !done {
 		return
 	}
 	c.mu.Lock()
@@ -403,7 +403,7 @@ func (c *latestConsumer) runPass(ctx context.Context, cl *mqtt.Client, p statePa
 // resendAll sends the previous connection's unacknowledged deliveries that
 // are still their topics' current values; the rest are dropped before
 // anything is sent (their newer values come from the mark).
-func (c *latestConsumer) resendAll(ctx context.Context, cl *mqtt.Client, list []latestDelivery) {
+func (c *latestConsumer) resendAll(ctx context.Context, sink deliverySink, list []latestDelivery) {
 	now := c.b.clock.Now()
 	batch := c.batch[:0]
 	for i, d := range list {
@@ -418,13 +418,13 @@ func (c *latestConsumer) resendAll(ctx context.Context, cl *mqtt.Client, list []
 			continue // superseded (or gone): never resent
 		}
 		var ok bool
-		if batch, ok = c.offer(ctx, cl, &rec, fromResend, nil, d.state, now, batch); !ok {
+		if batch, ok = c.offer(ctx, sink, &rec, fromResend, nil, d.state, now, batch); !ok {
 			c.putBack(list[i:])
 			break
 		}
 	}
 	c.batch = batch[:0]
-	c.flush(cl, batch)
+	c.flush(sink, batch)
 }
 
 // putBack returns deliveries to the front of the resend list.
@@ -532,7 +532,7 @@ func (c *latestConsumer) advanceLocked(src int, passID, off uint64) {
 // (RETAIN set): a pass's, or a pass's sent again. It returns false when the
 // pump must stop and look again (window was full, held by a SUBSCRIBE,
 // context ended, no packet identifier).
-func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storage.Record, src int, p *statePass, state bool, now time.Time, batch []latestPrepared) ([]latestPrepared, bool) {
+func (c *latestConsumer) offer(ctx context.Context, sink deliverySink, rec *storage.Record, src int, p *statePass, state bool, now time.Time, batch []latestPrepared) ([]latestPrepared, bool) {
 	var passID uint64
 	if src == fromPass {
 		passID = p.id
@@ -558,7 +558,7 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	// same topic). c.mu is held on entry and let go.
 	wait := func() ([]latestPrepared, bool) {
 		c.mu.Unlock()
-		if !c.flush(cl, batch) {
+		if !c.flush(sink, batch) {
 			return batch[:0], false
 		}
 		select {
@@ -567,7 +567,7 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 		}
 		return batch[:0], false
 	}
-	if !c.b.permit(cl, routeLatest, rec.Topic) {
+	if !sink.permit(routeLatest, rec.Topic) {
 		// invariant 16: refused where it stands, never stepped over, so
 		// nothing is lost if the grant comes back — and that is what
 		// wakes the pump, not the next value stored.
@@ -587,7 +587,7 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	if m.qos > 0 {
 		// Out of room in the client's window: wait for an acknowledgement.
 		seq = c.sent + 1
-		if !c.sess.deliv.reserve(cl, latestAck{c, seq}, routeLatest, &pk, now) {
+		if !sink.reserve(latestAck{c, seq}, routeLatest, &pk, now) {
 			return wait()
 		}
 		c.sent = seq
@@ -595,32 +595,32 @@ func (c *latestConsumer) offer(ctx context.Context, cl *mqtt.Client, rec *storag
 	}
 	c.advanceLocked(src, passID, rec.Offset)
 	c.mu.Unlock()
-	return addToRun(batch, latestPrepared{pk: pk, d: d, seq: seq, src: src, pass: passID}, func(run []latestPrepared) bool { return c.flush(cl, run) })
+	return addToRun(batch, latestPrepared{pk: pk, d: d, seq: seq, src: src, pass: passID}, func(run []latestPrepared) bool { return c.flush(sink, run) })
 }
 
-// flush writes the prepared deliveries in one write through the session's
-// deliveries, bounded by the connection's write deadline (invariant 16).
+// flush writes the prepared deliveries in one write through the sink,
+// bounded by the connection's write deadline (invariant 16).
 // It reports whether the pump may go on.
 // What never reached the wire is taken back: the cursor it came from goes
 // back below it (a value is never skipped, docs/channels.md "What a delivery carries").
-func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
+func (c *latestConsumer) flush(sink deliverySink, batch []latestPrepared) bool {
 	if len(batch) == 0 {
 		return true
 	}
-	if cl.Closed() || cl.Net.Conn == nil {
-		c.unsend(batch)
+	if sink.closed() {
+		c.unsend(sink, batch)
 		return false
 	}
-	i, err, werr := c.sess.deliv.writeRun(cl, len(batch), func(i int) *packets.Packet { return &batch[i].pk })
+	i, err, werr := sink.writeRun(len(batch), func(i int) *packets.Packet { return &batch[i].pk })
 	if err != nil {
-		c.unsend(batch[i:])
+		c.unsend(sink, batch[i:])
 		if errors.Is(err, packets.ErrPacketTooLarge) {
 			// docs/channels.md "What a delivery carries": a value too large for the subscriber's Maximum
 			// Packet Size disconnects it with 0x95 and is never skipped:
 			// the mark stays below it.
 			c.b.log.Warn("latest value larger than the client's Maximum Packet Size: disconnecting",
 				"client", c.sess.id, "channel", c.ch.name, "topic", batch[i].d.topic, "offset", batch[i].d.offset)
-			_ = c.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+			sink.refuseTooLarge()
 		} else {
 			c.b.log.Error("encoding a latest delivery", "client", c.sess.id, "channel", c.ch.name, "error", err)
 		}
@@ -630,7 +630,7 @@ func (c *latestConsumer) flush(cl *mqtt.Client, batch []latestPrepared) bool {
 }
 
 // unsend takes back deliveries that never reached the wire.
-func (c *latestConsumer) unsend(items []latestPrepared) {
+func (c *latestConsumer) unsend(sink deliverySink, items []latestPrepared) {
 	var back []latestDelivery
 	var taken []latestPrepared
 	c.mu.Lock()
@@ -657,6 +657,6 @@ func (c *latestConsumer) unsend(items []latestPrepared) {
 	}
 	c.mu.Unlock()
 	for _, it := range taken {
-		c.sess.deliv.release(it.pk.PacketID, latestAck{c, it.seq})
+		sink.release(it.pk.PacketID, latestAck{c, it.seq})
 	}
 }

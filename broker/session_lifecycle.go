@@ -262,11 +262,12 @@ func (b *Broker) sessionEstablished(cl *mqtt.Client) {
 	// What the session's last connection left unacknowledged goes first,
 	// in the order first sent; then the pumps start.
 	s.deliv.resume(b, cl)
+	sink := s.sink(b, cl)
 	for _, c := range cons {
-		c.start(cl)
+		c.start(sink)
 	}
 	for _, c := range latest {
-		c.start(cl) // a resume: the changes since the mark (latest_consumer.go)
+		c.start(sink) // a resume: the changes since the mark (latest_consumer.go)
 	}
 	for _, q := range queues {
 		q.addWorker(s, cl)

@@ -280,8 +280,9 @@ func TestSessionSeam_NoPacketIDTableOnAnyRoute(t *testing.T) {
 
 // claimSession reads as its phases (takeFromOldConnection, endsAtConnect,
 // endClaimedSession, giveSessionTo, storeClaimedSession): its own body
-// stays short enough to see them all at once. (subscribe is not split
-// yet: rfcs/delivery-seam.md "The session behind methods".)
+// stays short enough to see them all at once. (subscribe is held to its
+// phases the same way: TestSessionSeam_SubscribeIsItsPhases;
+// rfcs/delivery-seam.md "The session behind methods".)
 func TestSessionSeam_ClaimSessionIsItsPhases(t *testing.T) {
 	src := loadTypedSource(t)
 	const maxLines = 50
@@ -301,5 +302,122 @@ func TestSessionSeam_ClaimSessionIsItsPhases(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("claimSession not found")
+	}
+}
+
+// The append and latest pumps reach the session's deliveries only through
+// their delivery sink (delivery_sink.go; rfcs/delivery-seam.md "The
+// delivery sink"): consumer.go and latest_consumer.go select no field of
+// the deliveries, nor session.deliv, call no method of the deliveries, and
+// name no *mqtt.Client — the bridge's outbound reader is a sink that is no
+// mochi connection, and a pump that names one could not serve it.
+func TestSessionSeam_PumpsReachDeliveriesThroughTheSink(t *testing.T) {
+	src := loadTypedSource(t)
+	pumps := []string{"consumer.go", "latest_consumer.go"}
+	for _, s := range src.fieldSelections() {
+		if !slices.Contains(pumps, s.file) {
+			continue
+		}
+		if s.typ == "deliveries" || (s.typ == "session" && s.field == "deliv") {
+			t.Errorf("%s: %s.%s: a pump reaches the deliveries through its sink (delivery_sink.go)", s.pos, s.typ, s.field)
+		}
+	}
+	seen := 0
+	for sel, s := range src.sels {
+		pos := src.fset.Position(sel.Sel.Pos())
+		if !slices.Contains(pumps, filepath.Base(pos.Filename)) || s.Kind() != types.MethodVal {
+			continue
+		}
+		recv := s.Recv()
+		if p, ok := recv.(*types.Pointer); ok {
+			recv = p.Elem()
+		}
+		n, ok := recv.(*types.Named)
+		if !ok {
+			continue
+		}
+		switch n.Obj().Name() {
+		case "deliveries":
+			t.Errorf("%s: deliveries.%s: a pump reaches the deliveries through its sink (delivery_sink.go)", pos, sel.Sel.Name)
+		case "deliverySink":
+			seen++
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no call of a deliverySink method found in the pumps: the check reads nothing")
+	}
+	for _, name := range pumps {
+		f := src.files[name]
+		if f == nil {
+			t.Fatalf("%s not read", name)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			ast.Inspect(fd, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok || sel.Sel.Name != "Client" {
+					return true
+				}
+				id, ok := sel.X.(*ast.Ident)
+				if !ok {
+					return true
+				}
+				if pn, ok := src.info.Uses[id].(*types.PkgName); ok && pn.Imported().Path() == "github.com/mochi-mqtt/server/v2" {
+					where := "in its body"
+					if sel.Pos() < fd.Type.End() {
+						where = "in its signature"
+					}
+					t.Errorf("%s: %s names *mqtt.Client %s: the connection stays inside the sink (connSink)", src.fset.Position(sel.Pos()), fd.Name.Name, where)
+				}
+				return true
+			})
+		}
+	}
+}
+
+// subscribe reads as its phases, in the order a SUBSCRIBE is served
+// (rfcs/delivery-seam.md "The session behind methods"): the packet's
+// protocol errors and a share the ACL denies, its saguin-* instructions,
+// each filter's code, the subscription limit, the session stored, the
+// slices declared, the subscriptions made, the SUBACK, and then the
+// retained passes and the pumps. Its own body stays short enough to see
+// them all at once, and calls each.
+func TestSessionSeam_SubscribeIsItsPhases(t *testing.T) {
+	src := loadTypedSource(t)
+	const maxLines = 40
+	phases := []string{"refuseMalformedSubscribe", "refuseDeniedShare", "readSubscribeInstructions", "admitFilters",
+		"withinSubscriptionLimit", "storeSubscriptions", "declareSlices", "addSubscriptions", "writeSuback", "startDeliveries"}
+	found := false
+	for _, f := range src.files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Name.Name != "subscribe" || fd.Recv == nil || fd.Body == nil {
+				continue
+			}
+			found = true
+			from, to := src.fset.Position(fd.Body.Lbrace), src.fset.Position(fd.Body.Rbrace)
+			if n := to.Line - from.Line - 1; n > maxLines {
+				t.Errorf("%s: subscribe is %d lines (at most %d): split what it does into named phases", from, n, maxLines)
+			}
+			// The phases it calls, in the order called.
+			var called []string
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && slices.Contains(phases, sel.Sel.Name) {
+						called = append(called, sel.Sel.Name)
+					}
+				}
+				return true
+			})
+			if !slices.Equal(called, phases) {
+				t.Errorf("%s: subscribe calls %v; want its phases, each once, in order: %v", from, called, phases)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("Broker.subscribe not found")
 	}
 }

@@ -35,50 +35,97 @@ var handled = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puba
 // filter only with the codes it knows. Sagüin decides each filter's code
 // itself (docs/security.md "Every refusal, and its code"), registers broadcast interest with the substrate's
 // index, writes the SUBACK, and only then lets channel pumps and retained
-// broadcast values flow, so the SUBACK always goes first.
+// broadcast values flow, so the SUBACK always goes first. It reads as its
+// phases, in that order (rfcs/delivery-seam.md "The session behind
+// methods"); the session's subscribing turn is held across all of them.
 func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	v5 := cl.Properties.ProtocolVersion == 5
+	if err := b.refuseMalformedSubscribe(cl, pk, v5); err != nil {
+		return pk, err
+	}
+	g, all := b.grantsOf(cl)
+	if err := b.refuseDeniedShare(cl, pk, v5, g, all); err != nil {
+		return pk, err
+	}
+	in := b.readSubscribeInstructions(cl, pk)
+	s := b.sessionOf(cl.ID)
+	if s != nil {
+		defer s.holdSubscribing()()
+	}
+	codes, granted := b.admitFilters(cl, pk, &in, g, all, v5)
+	granted = b.withinSubscriptionLimit(cl, pk, granted, codes, v5)
+	granted = b.storeSubscriptions(s, cl, granted, codes, v5)
+	b.declareSlices(s, cl, granted, in.declared)
+	made := b.addSubscriptions(s, cl, granted, in)
+	if err := b.writeSuback(cl, pk, codes, in.reason, made); err != nil {
+		return pk, err
+	}
+	b.startDeliveries(s, cl, made)
+	return handled, nil
+}
+
+// refuseMalformedSubscribe ends the connection over a SUBSCRIBE MQTT calls
+// a protocol error: no filters or a bad packet identifier, No Local on a
+// shared subscription (MQTT-3.8.3-4), Retain Handling 3.
+func (b *Broker) refuseMalformedSubscribe(cl *mqtt.Client, pk packets.Packet, v5 bool) error {
 	if code := pk.SubscribeValidate(); code != packets.CodeSuccess {
 		// No filters, bad packet id: a protocol error ends the connection.
 		_ = b.mqtt.DisconnectClient(cl, code)
-		return pk, code
+		return code
 	}
-	v5 := cl.Properties.ProtocolVersion == 5
 	for _, f := range pk.Filters {
 		if v5 && f.NoLocal && strings.HasPrefix(f.Filter, "$share/") {
 			_ = b.mqtt.DisconnectClient(cl, packets.ErrProtocolViolationInvalidSharedNoLocal) // [MQTT-3.8.3-4]
-			return pk, packets.ErrProtocolViolationInvalidSharedNoLocal
+			return packets.ErrProtocolViolationInvalidSharedNoLocal
 		}
 		if f.RetainHandling == 3 {
 			_ = b.mqtt.DisconnectClient(cl, packets.ErrProtocolViolation)
-			return pk, packets.ErrProtocolViolation
+			return packets.ErrProtocolViolation
 		}
 	}
-	g, all := b.grantsOf(cl)
-	if !all && v5 && g != nil && g.Denies(acl.Share) {
-		for _, f := range pk.Filters {
-			if strings.HasPrefix(f.Filter, "$share/") {
-				// docs/security.md "Every refusal, and its code"; docs/security.md "A feature the ACL denies": the CONNACK said Shared Subscription
-				// Available 0; a client that asks anyway is disconnected.
-				code := withReason(packets.ErrSharedSubscriptionsNotSupported, "this client may not use shared subscriptions")
-				b.refusedClosing(slog.LevelWarn, cl, refuseSubscribe, code.Code, "DISCONNECT: shared subscription from a client denied share", "filter", f.Filter)
-				_ = b.mqtt.DisconnectClient(cl, code)
-				return pk, code
-			}
-		}
-	}
+	return nil
+}
 
+// refuseDeniedShare ends the connection of a client the ACL denies shared
+// subscriptions that asks for one anyway.
+func (b *Broker) refuseDeniedShare(cl *mqtt.Client, pk packets.Packet, v5 bool, g *acl.Grants, all bool) error {
+	if all || !v5 || g == nil || !g.Denies(acl.Share) {
+		return nil
+	}
+	for _, f := range pk.Filters {
+		if strings.HasPrefix(f.Filter, "$share/") {
+			// docs/security.md "Every refusal, and its code"; docs/security.md "A feature the ACL denies": the CONNACK said Shared Subscription
+			// Available 0; a client that asks anyway is disconnected.
+			code := withReason(packets.ErrSharedSubscriptionsNotSupported, "this client may not use shared subscriptions")
+			b.refusedClosing(slog.LevelWarn, cl, refuseSubscribe, code.Code, "DISCONNECT: shared subscription from a client denied share", "filter", f.Filter)
+			_ = b.mqtt.DisconnectClient(cl, code)
+			return code
+		}
+	}
+	return nil
+}
+
+// subscribeInstructions is what a SUBSCRIBE's user properties ask of every
+// filter in it.
+type subscribeInstructions struct {
+	packetCode byte              // a refusal of every filter (0: none)
+	reason     string            // the SUBACK's Reason String, when a rule of ours refused
+	deletions  bool              // saguin-deletions: tombstones in the latest state pass (latest.go)
+	declared   partition.Matcher // saguin-filter: the slice declared (rfcs/partition.md)
+}
+
+// readSubscribeInstructions reads a SUBSCRIBE's saguin-* user properties.
+func (b *Broker) readSubscribeInstructions(cl *mqtt.Client, pk packets.Packet) subscribeInstructions {
+	var in subscribeInstructions
 	// An unread saguin-* instruction refuses every filter in the packet
 	// (docs/channels.md "What a publish is answered": unknown instruction refused, unknown data stripped).
-	packetCode := byte(0)
-	reason := ""       // the SUBACK's Reason String, when a rule of ours refused
-	deletions := false // saguin-deletions: tombstones in the latest state pass (latest.go)
 	// saguin-filter: the slice the subscriber declares (rfcs/partition.md), on the packet, so it applies to
 	// every filter named. A malformed declaration refuses the packet.
 	var decl partition.Declaration
 	var declRefused error
 	for _, u := range pk.Properties.User {
 		if u.Key == deletionsProperty {
-			deletions = true
+			in.deletions = true
 			continue
 		}
 		if u.Key == partition.PropertyName {
@@ -88,46 +135,43 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 			continue
 		}
 		if strings.HasPrefix(u.Key, reservedPrefix) {
-			packetCode = subackImplementation
+			in.packetCode = subackImplementation
 			b.refused(slog.LevelWarn, cl, refuseSubscribe, subackImplementation,
 				"SUBSCRIBE refused: unread saguin- property", "property", u.Key)
 		}
 	}
 
-	declared := decl.Matcher()
+	in.declared = decl.Matcher()
 	if declRefused != nil {
-		packetCode = subackImplementation
+		in.packetCode = subackImplementation
 		var pe *partition.Error
 		if errors.As(declRefused, &pe) {
-			reason = pe.Reason()
+			in.reason = pe.Reason()
 		}
 		b.refused(slog.LevelWarn, cl, refuseSubscribe, subackImplementation,
 			"SUBSCRIBE refused: saguin-filter", "reason", declRefused)
 	}
+	return in
+}
 
-	s := b.sessionOf(cl.ID)
-	if s != nil {
-		defer s.holdSubscribing()()
-	}
+// admitFilters decides each filter's SUBACK code: the packet's own
+// refusal, a declared slice of a filter that divides its stream already,
+// the configuration's routing, then the ACL. It returns the codes, by
+// filter, and the filters granted (their QoS the code, the packet's
+// Subscription Identifier on each); a slice refusal sets in.reason.
+func (b *Broker) admitFilters(cl *mqtt.Client, pk packets.Packet, in *subscribeInstructions, g *acl.Grants, all, v5 bool) ([]byte, []packets.Subscription) {
 	codes := make([]byte, len(pk.Filters))
-	var started []*consumer
-	type retainedPass struct {
-		sub  packets.Subscription
-		recs []storage.Record
-	}
-	var retained []retainedPass
-	var latestSubs []latestSubscribe
 	granted := make([]packets.Subscription, 0, len(pk.Filters))
 	var refusedHere filterRefusals
 	for i, f := range pk.Filters {
-		code := packetCode
-		if code == 0 && declared.Declared() {
+		code := in.packetCode
+		if code == 0 && in.declared.Declared() {
 			// A shared subscription or a queue already divides its stream:
 			// a slice of it is refused, decided by the prefix alone.
 			var pe *partition.Error
 			if err := partition.CheckFilter(f.Filter); errors.As(err, &pe) {
-				code, reason = pe.Code(), pe.Reason()
-				refusedHere.add(f.Filter, code, reason)
+				code, in.reason = pe.Code(), pe.Reason()
+				refusedHere.add(f.Filter, code, in.reason)
 			}
 		}
 		if code == 0 {
@@ -156,35 +200,74 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		granted = append(granted, f)
 	}
 	b.logFilterRefusals(cl, &refusedHere, len(pk.Filters))
-	granted = b.withinSubscriptionLimit(cl, pk, granted, codes, v5)
-	// invariant 18: a durable session's subscriptions are stored before the
-	// SUBACK grants them; a store that refuses refuses the filters.
-	if s != nil && len(granted) > 0 {
-		if err := b.storeSession(s, withSubscriptions(cl, granted)); err != nil {
-			b.log.Error("SUBSCRIBE refused: the session could not be stored", "client", cl.ID, "error", err)
-			refusal := byte(subackImplementation)
-			if errors.Is(err, storage.ErrFull) {
-				refusal = subackQuotaExceeded
-			}
-			if !v5 {
-				refusal = subackV3Failure
-			}
-			for i, c := range codes {
-				if c < 0x80 {
-					codes[i] = refusal
-				}
-			}
-			granted = granted[:0]
-		}
+	return codes, granted
+}
+
+// storeSubscriptions stores the session with the granted filters before
+// the SUBACK grants them (invariant 18); a store that refuses refuses the
+// filters (their codes set, none left granted).
+func (b *Broker) storeSubscriptions(s *session, cl *mqtt.Client, granted []packets.Subscription, codes []byte, v5 bool) []packets.Subscription {
+	if s == nil || len(granted) == 0 {
+		return granted
 	}
-	if s != nil {
-		s.declare(granted, declared)
-		for _, f := range granted {
-			if d, disagree := b.spaces.Declare(f.Filter, cl.ID, declared); disagree {
-				b.log.Warn("partition spaces disagree", "detail", d.String())
+	if err := b.storeSession(s, withSubscriptions(cl, granted)); err != nil {
+		b.log.Error("SUBSCRIBE refused: the session could not be stored", "client", cl.ID, "error", err)
+		refusal := byte(subackImplementation)
+		if errors.Is(err, storage.ErrFull) {
+			refusal = subackQuotaExceeded
+		}
+		if !v5 {
+			refusal = subackV3Failure
+		}
+		for i, c := range codes {
+			if c < 0x80 {
+				codes[i] = refusal
 			}
 		}
+		granted = granted[:0]
 	}
+	return granted
+}
+
+// declareSlices records the slice the SUBSCRIBE declared on the session's
+// granted filters, and in the broker's partition spaces (rfcs/partition.md).
+func (b *Broker) declareSlices(s *session, cl *mqtt.Client, granted []packets.Subscription, declared partition.Matcher) {
+	if s == nil {
+		return
+	}
+	s.declare(granted, declared)
+	for _, f := range granted {
+		if d, disagree := b.spaces.Declare(f.Filter, cl.ID, declared); disagree {
+			b.log.Warn("partition spaces disagree", "detail", d.String())
+		}
+	}
+}
+
+// retainedPass is a granted filter's retained values, read as it was
+// subscribed and sent after the SUBACK.
+type retainedPass struct {
+	sub  packets.Subscription
+	recs []storage.Record
+}
+
+// subscriptionsMade is what addSubscriptions made of the granted filters,
+// to be served once the SUBACK is written: the retained passes, the new
+// append consumers, and the latest consumers new (fresh) or held off
+// their pumps until the SUBACK (held).
+type subscriptionsMade struct {
+	retained                []retainedPass
+	started                 []*consumer
+	latestFresh, latestHeld []*latestConsumer
+}
+
+// addSubscriptions registers each granted filter: the queue form and the
+// seek reply topic with the substrate only (a queue's worker added), a
+// broadcast filter with the substrate's index and its retained values read
+// in the same step, and the channel consumers it reaches (append and
+// latest). Nothing is written to the client here.
+func (b *Broker) addSubscriptions(s *session, cl *mqtt.Client, granted []packets.Subscription, in subscribeInstructions) subscriptionsMade {
+	var made subscriptionsMade
+	var latestSubs []latestSubscribe
 	for _, f := range granted {
 		if strings.HasPrefix(f.Filter, "$saguin/") {
 			// The queue form and the seek reply topic. Registered with the
@@ -207,25 +290,29 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		b.retainedOrder.Lock()
 		isNew := b.mqtt.Topics.Subscribe(cl.ID, f)
 		cl.State.Subscriptions.Add(f.Filter, f)
-		recs := b.retainedFor(f, !isNew, declared)
+		recs := b.retainedFor(f, !isNew, in.declared)
 		b.retainedOrder.Unlock()
 		if isNew {
 			atomic.AddInt64(&b.mqtt.Info.Subscriptions, 1)
 		}
-		retained = append(retained, retainedPass{f, recs})
+		made.retained = append(made.retained, retainedPass{f, recs})
 		if s != nil && !strings.HasPrefix(f.Filter, "$share/") {
-			started = append(started, b.addChannelSubscription(s, cl, f)...)
+			made.started = append(made.started, b.addChannelSubscription(s, cl, f)...)
 			latestSubs = append(latestSubs, latestSubscribe{sub: f, existed: !isNew})
 		}
 	}
 	// Latest channels take the packet's filters together: one state pass
 	// per channel, saguin-deletions applying to every filter (docs/channels.md "`latest`").
-	var latestFresh, latestHeld []*latestConsumer
 	if len(latestSubs) > 0 {
-		latestFresh, latestHeld = b.addLatestSubscriptions(s, cl, latestSubs, deletions)
+		made.latestFresh, made.latestHeld = b.addLatestSubscriptions(s, cl, latestSubs, in.deletions)
 	}
+	return made
+}
 
-	b.log.Debug("subscribe", "client", cl.ID, "filters", len(pk.Filters), "codes", fmt.Sprint(codes), "consumers", len(started))
+// writeSuback writes the SUBACK, and then lets the latest consumers held
+// for it go on with their passes, whether or not it was written.
+func (b *Broker) writeSuback(cl *mqtt.Client, pk packets.Packet, codes []byte, reason string, made subscriptionsMade) error {
+	b.log.Debug("subscribe", "client", cl.ID, "filters", len(pk.Filters), "codes", fmt.Sprint(codes), "consumers", len(made.started))
 	ack := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Suback},
 		PacketID:    pk.PacketID,
@@ -235,23 +322,30 @@ func (b *Broker) subscribe(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		Properties: packets.Properties{ReasonString: reason},
 	}
 	err := cl.WritePacket(ack)
-	for _, c := range latestHeld {
+	for _, c := range made.latestHeld {
 		c.release() // SUBACK written (or the connection is going): on with the pass
 	}
-	if err != nil {
-		return pk, err
-	}
+	return err
+}
+
+// startDeliveries serves what the SUBSCRIBE made, after its SUBACK: the
+// retained passes first, then the new consumers' pumps, through the
+// session's sink for this connection (delivery_sink.go).
+func (b *Broker) startDeliveries(s *session, cl *mqtt.Client, made subscriptionsMade) {
 	b.pauses.beforeRetainedPass.at()
-	for _, r := range retained {
+	for _, r := range made.retained {
 		b.sendRetained(s, cl, r.sub, r.recs)
 	}
-	for _, c := range started {
-		c.start(cl)
+	if s == nil {
+		return // no session: no consumer was made (addSubscriptions)
 	}
-	for _, c := range latestFresh {
-		c.start(cl)
+	sink := s.sink(b, cl)
+	for _, c := range made.started {
+		c.start(sink)
 	}
-	return handled, nil
+	for _, c := range made.latestFresh {
+		c.start(sink)
+	}
 }
 
 // withinSubscriptionLimit refuses, with 0x97 (3.1.1: 0x80), each granted
