@@ -30,15 +30,15 @@ func (m metricsSource) MetricsSnapshot(s *metrics.Snapshot) {
 	for i, sess := range sessions {
 		figs[i] = sess.figures()
 	}
-	var gate gateView // all zero without a gate
+	var g gateView // all zero without a gate
 	if b.gate != nil {
-		gate = b.gate.view()
+		g = b.gate.view()
 	}
 	fan, events := b.fan.counts(), b.events.view()
 	b.brokerFigures(&s.Broker, figs, events)
-	b.wireFigures(&s.Wire, gate, fan)
-	b.deliveryFigures(&s.Delivery, gate, fan, events)
-	b.refusalFigures(&s.Refusals, gate, events)
+	b.wireFigures(&s.Wire, g, fan)
+	b.deliveryFigures(&s.Delivery, g, fan, events)
+	b.refusalFigures(&s.Refusals, g, events)
 	if b.closing.Load() {
 		// The stores are closing: their figures are not read (the
 		// operations listener stops before the broker closes).
