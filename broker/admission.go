@@ -701,3 +701,18 @@ func (b *Broker) AdmissionStats() AdmissionStats {
 	return AdmissionStats{Slots: slots, OverflowPlaces: places,
 		PublishRateRefused: b.gate.refusedRate.Load(), PublishBudgetsHeld: b.gate.pub.held()}
 }
+
+// gateView is what the metric catalogue reads of the gate, copied: the
+// per-packet counts summed over the shards, and the sockets closed at
+// accept.
+type gateView struct {
+	wire           wireTotals
+	closedAtAccept uint64
+}
+
+// view copies the gate's counters for the metric catalogue. They are
+// atomics, so it takes no lock, gate.mu included (rfcs/metrics.md "Where
+// each number comes from").
+func (g *gate) view() gateView {
+	return gateView{wire: g.wire.sum(), closedAtAccept: g.closedAtAccept.Load()}
+}

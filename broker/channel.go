@@ -88,3 +88,64 @@ func (c *channel) floorRaised() {
 	c.raised = make(chan struct{})
 	c.mu.Unlock()
 }
+
+// channelView is what the metric catalogue and the operations routes read
+// of one channel, copied: its configuration, its own counters, and its
+// store's in-memory counters. A plain value, so the views format it with
+// nothing of the channel's held (rfcs/delivery-seam.md "The session behind
+// methods"; rfcs/metrics.md "Where each number comes from").
+type channelView struct {
+	name, filter, typ, provider                   string
+	published, removed, superseded, retainIgnored uint64
+	store                                         channelStore
+	next, floor                                   uint64 // append
+	bytes                                         int64  // append and queue
+	values                                        int    // latest: the values held
+}
+
+// channelStore says which of a channel's three stores is set.
+type channelStore int
+
+const (
+	noStore channelStore = iota
+	appendStore
+	latestStore
+	queueStore
+)
+
+// view copies the channel for the metric catalogue and the operations
+// routes. It takes no lock: the configuration and the stores are set before
+// the broker serves and never change, the counters are atomics, and each
+// store reads its own in-memory counters under its own lock, never one of
+// ours (rfcs/metrics.md "Where each number comes from").
+func (c *channel) view() channelView {
+	v := channelView{name: c.name, filter: c.cfg.FilterAsWritten, typ: c.cfg.Type, provider: c.cfg.Storage,
+		published: c.published.Load(), removed: c.removed.Load(), superseded: c.superseded.Load()}
+	switch {
+	case c.log != nil:
+		v.store = appendStore
+		v.next, v.floor, v.bytes = c.log.Next(), c.log.Floor(), c.log.Bytes()
+	case c.values != nil:
+		v.store = latestStore
+		v.values = c.values.Len()
+	case c.queue != nil:
+		v.store = queueStore
+		v.bytes = c.queue.Bytes()
+		v.retainIgnored = c.retainIgnored.Load()
+	}
+	return v
+}
+
+// lowestPosition is an append channel's lowest stored position and how
+// many are stored: one pass over them in its store, the one figure a
+// metrics recompute counts (rfcs/metrics.md "Where each number comes
+// from"). Only for a channel whose view says appendStore.
+func (c *channel) lowestPosition() (lowest uint64, count int, err error) {
+	return c.log.LowestPosition()
+}
+
+// storedPositions are an append channel's stored reader positions, for
+// /v1/operations/consumers. Only for a channel whose view says appendStore.
+func (c *channel) storedPositions() ([]storage.Position, error) {
+	return c.log.Positions()
+}

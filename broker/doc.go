@@ -37,7 +37,8 @@
 // into the broker. The metric catalogue (broker/internal/metrics) reads
 // the broker's numbers through metrics_snapshot.go, one lock at a time
 // (each through its type's own view: session.view, queueEngine.figures,
-// outbox.queueFigures),
+// outbox.queueFigures, channel.view, fanout.counts, gate.view,
+// eventCounts.view),
 // at most once per min_scrape_interval; the per-packet counters it adds
 // are per group of connections (metrics_counters.go), and metrics.go is
 // the handler the operations listener mounts.
@@ -190,8 +191,9 @@
 // broker/internal/ops) answers HTTP beside all this and changes nothing:
 // /health takes the publish path's locks for a moment (health.go
 // publishPathOpen); the /v1/operations/ routes format the views each type
-// copies of itself under its own lock (session.view, consumer.position,
-// queueEngine.jobViews; ops_views.go), or read the records the refusals
+// copies of itself, under its own lock or from its own atomics
+// (session.view, consumer.position, queueEngine.jobViews, channel.view;
+// ops_views.go), or read the records the refusals
 // (refused_record.go, fed by the refusal log's observer noteRefusal) and
 // the retention floor's passings (position_record.go, fed by
 // positionPassed) keep; the operator password files load with the MQTT

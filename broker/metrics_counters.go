@@ -116,3 +116,37 @@ type eventCounts struct {
 func (e *eventCounts) willPublished(cause metrics.WillCause) {
 	e.willsPublished[cause].Add(1)
 }
+
+// eventFigures are the event counters, copied for the metric catalogue: a
+// plain value the snapshot formats.
+type eventFigures struct {
+	connectionsAccepted                  uint64
+	sessionStoreFull, sessionStoreFailed uint64
+	willsPublished                       [len(metrics.BrokerFigures{}.WillsPublished)]uint64
+	willsCancelled                       uint64
+	sessionsRestored                     uint64
+	sessionsDropped                      [len(metrics.BrokerFigures{}.SessionsDropped)]uint64
+	expiryShortened                      uint64
+	sharesHeld, sharesDrained            uint64
+}
+
+// view loads each event counter once (atomics: no lock).
+func (e *eventCounts) view() eventFigures {
+	v := eventFigures{
+		connectionsAccepted: e.connectionsAccepted.Load(),
+		sessionStoreFull:    e.sessionStoreFull.Load(),
+		sessionStoreFailed:  e.sessionStoreFailed.Load(),
+		willsCancelled:      e.willsCancelled.Load(),
+		sessionsRestored:    e.sessionsRestored.Load(),
+		expiryShortened:     e.expiryShortened.Load(),
+		sharesHeld:          e.sharesHeld.Load(),
+		sharesDrained:       e.sharesDrained.Load(),
+	}
+	for c := range v.willsPublished {
+		v.willsPublished[c] = e.willsPublished[c].Load()
+	}
+	for c := range v.sessionsDropped {
+		v.sessionsDropped[c] = e.sessionsDropped[c].Load()
+	}
+	return v
+}

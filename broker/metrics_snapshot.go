@@ -18,7 +18,11 @@ type metricsSource struct{ b *Broker }
 // with nothing formatted while one is held: a scrape never holds a lock a
 // connection waits on for longer than a copy. The one figure counted here
 // is the lowest stored position of each append channel (storage's
-// LowestPosition, one pass).
+// LowestPosition, one pass). Each type's numbers are read through the view
+// it builds of itself (session.figures, gate.view, fanout.counts,
+// eventCounts.view, channel.view, queueEngine.figures): this file selects
+// no field of another type that keeps a lock or an atomic
+// (rfcs/delivery-seam.md "The session behind methods").
 func (m metricsSource) MetricsSnapshot(s *metrics.Snapshot) {
 	b := m.b
 	sessions := b.heldSessions()
@@ -26,10 +30,15 @@ func (m metricsSource) MetricsSnapshot(s *metrics.Snapshot) {
 	for i, sess := range sessions {
 		figs[i] = sess.figures()
 	}
-	b.brokerFigures(&s.Broker, figs)
-	b.wireFigures(&s.Wire)
-	b.deliveryFigures(&s.Delivery)
-	b.refusalFigures(&s.Refusals)
+	var g gateView // all zero without a gate
+	if b.gate != nil {
+		g = b.gate.view()
+	}
+	fan, events := b.fan.counts(), b.events.view()
+	b.brokerFigures(&s.Broker, figs, events)
+	b.wireFigures(&s.Wire, g, fan)
+	b.deliveryFigures(&s.Delivery, g, fan, events)
+	b.refusalFigures(&s.Refusals, g, events)
 	if b.closing.Load() {
 		// The stores are closing: their figures are not read (the
 		// operations listener stops before the broker closes).
@@ -39,7 +48,7 @@ func (m metricsSource) MetricsSnapshot(s *metrics.Snapshot) {
 	s.Providers = b.providerFigures()
 }
 
-func (b *Broker) brokerFigures(f *metrics.BrokerFigures, sessions []sessionFigures) {
+func (b *Broker) brokerFigures(f *metrics.BrokerFigures, sessions []sessionFigures, e eventFigures) {
 	lim := b.cfg.Broker.Limits
 	f.Version, f.BrokerID = b.version, b.cfg.Broker.ID
 	f.UptimeSeconds = b.clock.Now().Sub(b.started).Seconds()
@@ -56,17 +65,12 @@ func (b *Broker) brokerFigures(f *metrics.BrokerFigures, sessions []sessionFigur
 			f.ConnectionsV311++
 		}
 	}
-	e := &b.events
-	f.ConnectionsTotal = e.connectionsAccepted.Load()
-	for c := range f.WillsPublished {
-		f.WillsPublished[c] = e.willsPublished[c].Load()
-	}
-	f.WillsCancelled = e.willsCancelled.Load()
-	f.SessionsRestored = e.sessionsRestored.Load()
-	for c := range f.SessionsDropped {
-		f.SessionsDropped[c] = e.sessionsDropped[c].Load()
-	}
-	f.SessionExpiryShortened = e.expiryShortened.Load()
+	f.ConnectionsTotal = e.connectionsAccepted
+	f.WillsPublished = e.willsPublished
+	f.WillsCancelled = e.willsCancelled
+	f.SessionsRestored = e.sessionsRestored
+	f.SessionsDropped = e.sessionsDropped
+	f.SessionExpiryShortened = e.expiryShortened
 	f.MaxSessionExpirySeconds = lim.MaxSessionExpiry.Seconds()
 	if b.retained != nil {
 		f.RetainedMessages = int64(b.retained.Len())
@@ -111,43 +115,41 @@ func (s *session) figures() sessionFigures {
 	return f
 }
 
-func (b *Broker) wireFigures(f *metrics.WireFigures) {
+func (b *Broker) wireFigures(f *metrics.WireFigures, g gateView, fan fanoutCounts) {
 	if b.gate == nil {
 		return
 	}
-	t := b.gate.wire.sum()
+	t := g.wire
 	f.BytesReceived, f.BytesSent = t.bytesIn, t.bytesOut
 	f.PublishesReceived, f.DeliveriesSent = t.publishesIn, t.deliveriesOut
 	// Refused for the session's bound; packet identifiers never run out
 	// (deliveries.reserve stays within the client's Receive Maximum).
-	f.DeliveriesRefused = uint64(b.fan.queueFull.Load())
+	f.DeliveriesRefused = uint64(fan.queueFull)
 }
 
-func (b *Broker) deliveryFigures(f *metrics.DeliveryFigures) {
-	fan := &b.fan
+func (b *Broker) deliveryFigures(f *metrics.DeliveryFigures, g gateView, fan fanoutCounts, e eventFigures) {
 	if b.gate != nil {
-		t := b.gate.wire.sum()
-		f.BroadcastPublished, f.BroadcastUnmatched = t.broadcast, t.unmatched
+		f.BroadcastPublished, f.BroadcastUnmatched = g.wire.broadcast, g.wire.unmatched
 	}
-	f.DeliveriesDropped = uint64(fan.droppedQoS0.Load())
-	f.DeliveriesExpired = uint64(fan.expired.Load())
-	f.SharesHeld = b.events.sharesHeld.Load()
-	f.SharesDrained = b.events.sharesDrained.Load()
-	f.SharesDropped[metrics.ShareBacklogFull] = uint64(fan.shareFull.Load())
-	f.SharesDropped[metrics.ShareNoMemberLeft] = uint64(fan.noneLeft.Load())
-	f.SharesDropped[metrics.ShareExpired] = uint64(fan.shareExpire.Load())
-	f.SharesDropped[metrics.ShareStorageFull] = uint64(fan.shareStorageFull.Load())
-	f.SharesDropped[metrics.ShareMemberEnded] = uint64(fan.memberEnded.Load())
-	f.SharesDropped[metrics.ShareNotAuthorized] = uint64(fan.shareNotAuthorized.Load())
-	f.SessionDeliveriesDropped[metrics.DeliveryStorageFull] = uint64(fan.logFailed.Load() + fan.logStorageFull.Load())
-	f.SessionDeliveriesDropped[metrics.DeliverySessionQueueFull] = uint64(fan.queueFull.Load())
-	f.SessionDeliveriesDropped[metrics.DeliveryNoSharedMember] = uint64(fan.noMember.Load())
-	f.SessionDeliveriesDropped[metrics.DeliveryTooLarge] = uint64(fan.tooLarge.Load())
+	f.DeliveriesDropped = uint64(fan.droppedQoS0)
+	f.DeliveriesExpired = uint64(fan.expired)
+	f.SharesHeld = e.sharesHeld
+	f.SharesDrained = e.sharesDrained
+	f.SharesDropped[metrics.ShareBacklogFull] = uint64(fan.shareFull)
+	f.SharesDropped[metrics.ShareNoMemberLeft] = uint64(fan.noneLeft)
+	f.SharesDropped[metrics.ShareExpired] = uint64(fan.shareExpire)
+	f.SharesDropped[metrics.ShareStorageFull] = uint64(fan.shareStorageFull)
+	f.SharesDropped[metrics.ShareMemberEnded] = uint64(fan.memberEnded)
+	f.SharesDropped[metrics.ShareNotAuthorized] = uint64(fan.shareNotAuthorized)
+	f.SessionDeliveriesDropped[metrics.DeliveryStorageFull] = uint64(fan.logFailed + fan.logStorageFull)
+	f.SessionDeliveriesDropped[metrics.DeliverySessionQueueFull] = uint64(fan.queueFull)
+	f.SessionDeliveriesDropped[metrics.DeliveryNoSharedMember] = uint64(fan.noMember)
+	f.SessionDeliveriesDropped[metrics.DeliveryTooLarge] = uint64(fan.tooLarge)
 }
 
 // refusalFigures reads the refusal counts (every refusal is counted,
 // logged or not: refusals.go) by the reason each stands for.
-func (b *Broker) refusalFigures(f *metrics.RefusalFigures) {
+func (b *Broker) refusalFigures(f *metrics.RefusalFigures, g gateView, e eventFigures) {
 	for _, c := range b.RefusalCounts() {
 		switch c.Kind {
 		case refuseConnect, logging.KindPacket:
@@ -167,22 +169,20 @@ func (b *Broker) refusalFigures(f *metrics.RefusalFigures) {
 	// Refusals no log line stands for: a socket closed at accept with the
 	// overflow budget full, and CONNACKs the session store turned into a
 	// refusal (ownership.go).
-	if b.gate != nil {
-		if n := b.gate.closedAtAccept.Load(); n > 0 {
-			f.Connections = append(f.Connections, metrics.ReasonCount{Reason: metrics.CodeName(0x89), Count: n})
-		}
+	if n := g.closedAtAccept; n > 0 {
+		f.Connections = append(f.Connections, metrics.ReasonCount{Reason: metrics.CodeName(0x89), Count: n})
 	}
-	if n := b.events.sessionStoreFull.Load(); n > 0 {
+	if n := e.sessionStoreFull; n > 0 {
 		f.Connections = append(f.Connections, metrics.ReasonCount{Reason: metrics.ReasonSessionStoreFull, Count: n})
 	}
-	if n := b.events.sessionStoreFailed.Load(); n > 0 {
+	if n := e.sessionStoreFailed; n > 0 {
 		f.Connections = append(f.Connections, metrics.ReasonCount{Reason: metrics.CodeName(codeSessionStore.Code), Count: n})
 	}
 }
 
 // channelFigures lists every configured channel in name order, each
-// number read from the channel's store (its in-memory counters) or the
-// broker's own counts.
+// number read from the channel's view (channel.view: its own counters and
+// its store's in-memory ones) or the broker's own counts.
 func (b *Broker) channelFigures(sessions []sessionFigures) []metrics.ChannelFigures {
 	partitioned := b.partitioned(sessions)
 	names := make([]string, 0, len(b.channels))
@@ -194,27 +194,28 @@ func (b *Broker) channelFigures(sessions []sessionFigures) []metrics.ChannelFigu
 	out := make([]metrics.ChannelFigures, 0, len(names))
 	for _, name := range names {
 		ch := b.channels[name]
-		f := metrics.ChannelFigures{Name: name, Filter: ch.cfg.FilterAsWritten, Type: ch.cfg.Type,
-			Provider: ch.cfg.Storage, Published: ch.published.Load(), RetentionRemoved: ch.removed.Load(),
-			Superseded: ch.superseded.Load(), Partitioned: partitioned[name]}
-		switch {
-		case ch.log != nil:
-			f.NextOffset, f.FloorOffset, f.Bytes = ch.log.Next(), ch.log.Floor(), ch.log.Bytes()
+		v := ch.view()
+		f := metrics.ChannelFigures{Name: name, Filter: v.filter, Type: v.typ,
+			Provider: v.provider, Published: v.published, RetentionRemoved: v.removed,
+			Superseded: v.superseded, Partitioned: partitioned[name]}
+		switch v.store {
+		case appendStore:
+			f.NextOffset, f.FloorOffset, f.Bytes = v.next, v.floor, v.bytes
 			f.Records = int64(f.NextOffset - f.FloorOffset)
 			f.PositionLost = uint64(lost[name].Passings)
-			low, n, err := ch.log.LowestPosition()
+			low, n, err := ch.lowestPosition()
 			if err != nil {
 				b.log.Warn("metrics: reading the lowest stored position failed; the channel's position figures are left out of this scrape",
 					"channel", name, "error", err)
 			} else {
 				f.LowestPosition, f.Positions = low, int64(n)
 			}
-		case ch.values != nil:
-			f.Records = int64(ch.values.Len())
-		case ch.queue != nil:
-			f.Bytes = ch.queue.Bytes()
+		case latestStore:
+			f.Records = int64(v.values)
+		case queueStore:
+			f.Bytes = v.bytes
 			f.Queue = b.engines[name].figures()
-			f.Queue.RetainIgnored = ch.retainIgnored.Load()
+			f.Queue.RetainIgnored = v.retainIgnored
 		}
 		out = append(out, f)
 	}

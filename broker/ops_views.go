@@ -17,7 +17,11 @@ import (
 // needs under the locks it takes — one at a time, as doc.go's lock order
 // allows: Broker.mu for the sessions map, then each session.mu, then each
 // consumer.mu or queueEngine.mu — and lets go before anything is sorted
-// or formatted. Storage is read with no lock of ours held.
+// or formatted. Storage is read with no lock of ours held. Each type is
+// read through the view it builds of itself (session.view,
+// consumer.position, channel.view, queueEngine.jobViews): this file selects
+// no field of another type that keeps a lock or an atomic
+// (rfcs/delivery-seam.md "The session behind methods").
 
 // PublishPathOpen is /health's probe (health.go).
 func (o opsSource) PublishPathOpen(within time.Duration) bool { return o.publishPathOpen(within) }
@@ -185,10 +189,11 @@ func (o opsSource) Consumers(max int) ops.Consumers {
 	var worst []uint64
 	for _, name := range slices.Sorted(maps.Keys(o.channels)) {
 		ch := o.channels[name]
-		if ch.log == nil {
+		v := ch.view()
+		if v.store != appendStore {
 			continue
 		}
-		c, w := o.channelReaders(ch, live[name], max)
+		c, w := o.channelReaders(ch, v, live[name], max)
 		chans = append(chans, c)
 		worst = append(worst, w)
 	}
@@ -205,14 +210,14 @@ func (o opsSource) Consumers(max int) ops.Consumers {
 	return out
 }
 
-// channelReaders is one channel's readers, and how far its worst is
-// behind.
-func (o opsSource) channelReaders(ch *channel, live map[string]readerAt, max int) (ops.ConsumerChannel, uint64) {
-	next := ch.log.Next()
+// channelReaders is one append channel's readers, and how far its worst is
+// behind; v is the channel's view.
+func (o opsSource) channelReaders(ch *channel, v channelView, live map[string]readerAt, max int) (ops.ConsumerChannel, uint64) {
+	next := v.next
 	readers := map[string]readerAt{}
-	stored, err := ch.log.Positions()
+	stored, err := ch.storedPositions()
 	if err != nil {
-		o.log.Error("operations: reading a channel's stored positions; showing the live ones only", "channel", ch.name, "error", err)
+		o.log.Error("operations: reading a channel's stored positions; showing the live ones only", "channel", v.name, "error", err)
 	}
 	for _, p := range stored {
 		readers[p.Reader] = readerAt{offset: p.Offset, lastSeen: p.LastSeen}
@@ -234,7 +239,7 @@ func (o opsSource) channelReaders(ch *channel, live map[string]readerAt, max int
 		worst = positions[0].Behind
 	}
 	shown := positions[:min(len(positions), max)]
-	return ops.ConsumerChannel{Channel: ch.name, NextOffset: next, Consumers: len(positions), Returned: len(shown),
+	return ops.ConsumerChannel{Channel: v.name, NextOffset: next, Consumers: len(positions), Returned: len(shown),
 		Positions: shown}, worst
 }
 
