@@ -8,9 +8,10 @@ import (
 )
 
 // deliverySink is where a channel pump hands its deliveries
-// (rfcs/delivery-seam.md "The delivery sink"): the append pump (consumer.go)
-// and the latest pump (latest_consumer.go) reach the session's deliveries
-// only through it. It is defined here by what those pumps do with a
+// (rfcs/delivery-seam.md "The delivery sink"): the append pump (consumer.go),
+// the latest pump (latest_consumer.go) and the queue engine's offers to its
+// workers (queue.go, queue_offer.go) reach the session's deliveries only
+// through it. It is defined here by what those pumps do with a
 // receiver, and no more: ask whether it is still there and may be sent a
 // topic, ask for room, reserve a delivery (a packet identifier and a place
 // under the receiver's Receive Maximum, the exchange carrying the pump's
@@ -83,3 +84,15 @@ func (k connSink) writeRun(n int, pk func(i int) *packets.Packet) (stop int, enc
 func (k connSink) release(pid uint16, t ackTarget) { k.d.release(pid, t) }
 
 func (k connSink) refuseTooLarge() { _ = k.b.mqtt.DisconnectClient(k.cl, packets.ErrPacketTooLarge) }
+
+// writeOne writes the one packet pk through k: the queue's handover, one
+// job per worker at a time. Its error is the encode's where pk could not be
+// encoded for the receiver (packets.ErrPacketTooLarge: over its Maximum
+// Packet Size, nothing written), else the write's.
+func writeOne(k deliverySink, pk *packets.Packet) error {
+	_, encErr, written := k.writeRun(1, func(int) *packets.Packet { return pk })
+	if encErr != nil {
+		return encErr
+	}
+	return written
+}

@@ -3,13 +3,11 @@ package broker
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"saguin.dev/broker/internal/metrics"
@@ -38,7 +36,7 @@ type delivery struct {
 	id       string // the Delivery ID: opaque, unique per attempt, ≤ 32 bytes
 	offset   uint64
 	worker   *worker
-	conn     *mqtt.Client // the worker's connection it was offered on
+	sink     deliverySink // the worker's connection it was offered on, as its sink
 	pid      uint16
 	state    deliveryState
 	written  bool      // the PUBLISH reached the connection
@@ -49,9 +47,16 @@ type delivery struct {
 }
 
 // worker is one session consuming one queue through $saguin/queue/<name>.
+//
+// The worker is served through its session's delivery sink for the
+// connection it consumes on (delivery_sink.go): the engine reaches the
+// session's deliveries only through it, as the append and latest pumps do
+// (rfcs/delivery-seam.md "The delivery sink"). Two sinks of one session are
+// equal exactly when they serve the same connection, which is how a worker
+// is told from the same session's next one.
 type worker struct {
 	sess    *session
-	cl      *mqtt.Client
+	sink    deliverySink
 	holding *delivery // one job per worker per queue (docs/channels.md "`queue`")
 }
 
@@ -143,30 +148,31 @@ func (q *queueEngine) run(ctx context.Context) {
 	}
 }
 
-// addWorker registers a session's connection as a worker of this queue.
-func (q *queueEngine) addWorker(s *session, cl *mqtt.Client) {
+// addWorker registers a session's connection, served through sink k, as a
+// worker of this queue.
+func (q *queueEngine) addWorker(s *session, k deliverySink) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, w := range q.workers {
 		if w.sess == s {
-			w.cl = cl
+			w.sink = k
 			return
 		}
 	}
-	q.workers = append(q.workers, &worker{sess: s, cl: cl})
+	q.workers = append(q.workers, &worker{sess: s, sink: k})
 }
 
 // removeWorker drops a worker whose connection ended (or who unsubscribed)
 // and returns the job it held, immediately: the broker knows which it is, so
 // nothing waits for a deadline.
-func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
+func (q *queueEngine) removeWorker(s *session, k deliverySink) {
 	q.mu.Lock()
 	var held *delivery
-	var heldOn *mqtt.Client
+	var heldOn deliverySink
 	unacked := false
 	for i, w := range q.workers {
-		if w.sess == s && (cl == nil || w.cl == cl) {
-			held, heldOn = w.holding, w.cl
+		if w.sess == s && w.sink == k {
+			held, heldOn = w.holding, w.sink
 			unacked = held != nil && held.state == delivering
 			q.workers = append(q.workers[:i], q.workers[i+1:]...)
 			break
@@ -180,7 +186,7 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 		// on a job the queue has just taken back and may offer to another
 		// worker. (One PUBACKed already freed its packet id, which another
 		// delivery may hold by now: release leaves that one alone.)
-		s.deliv.release(held.pid, queueAck{q: q, d: held})
+		heldOn.release(held.pid, queueAck{q: q, d: held})
 	}
 	if held != nil {
 		q.endLease(held, "session ended", held.received)
@@ -191,14 +197,14 @@ func (q *queueEngine) removeWorker(s *session, cl *mqtt.Client) {
 // not was never seen by the worker, so it goes back with its attempt unspent
 // — by asking whether it was sent, never by a clock on DELIVERING
 // (invariant 7).
-func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
+func (q *queueEngine) written(d *delivery, err error) {
 	if err == nil {
 		q.mu.Lock()
 		d.written = true
 		q.mu.Unlock()
 		return
 	}
-	d.worker.sess.deliv.release(d.pid, queueAck{q: q, d: d})
+	d.sink.release(d.pid, queueAck{q: q, d: d})
 	q.mu.Lock()
 	// A lease being ended decides the job itself.
 	current := q.out[d.offset] == d && !d.ending
@@ -214,7 +220,7 @@ func (q *queueEngine) written(d *delivery, cl *mqtt.Client, err error) {
 		// disconnected and the job goes back unspent.
 		q.b.log.Warn("job larger than the worker's Maximum Packet Size: disconnecting", "queue", q.ch.name,
 			"client", d.worker.sess.id, "offset", d.offset)
-		_ = q.b.mqtt.DisconnectClient(cl, packets.ErrPacketTooLarge)
+		d.sink.refuseTooLarge()
 	}
 	q.poke()
 }
@@ -289,11 +295,14 @@ func (q *queueEngine) countAttempt(d *delivery, now time.Time) {
 // guessed at.
 func isVerdict(payload string) bool { return payload == "ack" || payload == "return" }
 
-// answer applies a worker's ack or return. Invariant 3: it is applied only
-// when the Delivery ID is known, is the job's current delivery, and the
-// answering session is the one holding it; otherwise it changes nothing and
-// is logged. The worker is told nothing either way.
-func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload string) {
+// answer applies a worker's ack or return, brought by session s on the
+// connection sink k serves. Invariant 3: it is applied only when the
+// Delivery ID is known, is the job's current delivery, and the answering
+// session is the one holding it, on the connection it was offered on;
+// otherwise it changes nothing and says why it was ignored (and, when
+// another session holds the job, which), for the caller to log. The worker
+// is told nothing either way.
+func (q *queueEngine) answer(s *session, k deliverySink, id []byte, payload string) (ignored, holder string) {
 	now := q.b.clock.Now()
 	q.mu.Lock()
 	// invariant 3: only the current delivery, answered by its holder, decides anything.
@@ -301,21 +310,16 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 	switch {
 	case !ok:
 		q.mu.Unlock()
-		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: unknown or superseded delivery", "queue", q.ch.name)
-		return
+		return "unknown or superseded delivery", ""
 	case q.out[d.offset] != d:
 		q.mu.Unlock()
-		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: not the job's current delivery", "queue", q.ch.name)
-		return
-	case d.worker.sess != s || d.worker.cl != cl:
+		return "not the job's current delivery", ""
+	case d.worker.sess != s || d.worker.sink != k:
 		q.mu.Unlock()
-		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: another session holds the job",
-			"queue", q.ch.name, "holder", d.worker.sess.id)
-		return
+		return "another session holds the job", d.worker.sess.id
 	case !isVerdict(payload):
 		q.mu.Unlock()
-		q.b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: payload is neither ack nor return", "queue", q.ch.name)
-		return
+		return "payload is neither ack nor return", ""
 	}
 	// Consuming the Delivery ID advances the epoch: a retry of this very
 	// answer finds nothing (invariant 3). The answer decides the job's
@@ -335,7 +339,7 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 			q.b.log.Error("resolving a job", "queue", q.ch.name, "offset", d.offset, "error", err)
 			// Unresolved: the job goes back and is offered again.
 			q.settle(d, "resolve failed", now)
-			return
+			return "", ""
 		}
 		q.acknowledged.Add(1)
 		q.b.log.Debug("job acked", "queue", q.ch.name, "offset", d.offset, "client", s.id)
@@ -344,11 +348,12 @@ func (q *queueEngine) answer(s *session, cl *mqtt.Client, id []byte, payload str
 		delete(q.waiting, d.offset)
 		q.mu.Unlock()
 		q.poke()
-		return
+		return "", ""
 	}
 	// A worker that answers is measured from its answer: it waits the
 	// whole gap.
 	q.settle(d, "returned", now)
+	return "", ""
 }
 
 // endLease returns a job that was out: to AVAILABLE after what is left of

@@ -133,10 +133,10 @@ func (q *queueEngine) freeWorkerLocked(topic string) (*worker, int, int) {
 	free, refused := 0, 0
 	for i := 0; i < n; i++ {
 		w := q.workers[(start+i)%n]
-		if w.holding != nil || w.cl == nil || w.cl.Closed() || !w.sess.deliv.room(w.cl) {
+		if w.holding != nil || w.sink == nil || w.sink.closed() || !w.sink.room() {
 			continue
 		}
-		if topic != "" && !q.b.permit(w.cl, routeQueue, topic) {
+		if topic != "" && !w.sink.permit(routeQueue, topic) {
 			refused++
 			continue
 		}
@@ -209,11 +209,11 @@ func (q *queueEngine) claimLocked(item storage.QueueItem, now time.Time) (*deliv
 	if w == nil {
 		return nil, claimStop // not looked past: the job stays first in the page
 	}
-	d := &delivery{id: q.newDeliveryIDLocked(), offset: item.Offset, worker: w, conn: w.cl, received: now}
+	d := &delivery{id: q.newDeliveryIDLocked(), offset: item.Offset, worker: w, sink: w.sink, received: now}
 	// The packet identifier is the worker's session's (deliveries.go); the
 	// packet itself is built once the claim decides the job goes out.
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}}
-	if !w.sess.deliv.reserve(w.cl, queueAck{q: q, d: d}, routeQueue, &pk, now) {
+	if !d.sink.reserve(queueAck{q: q, d: d}, routeQueue, &pk, now) {
 		return nil, claimStop
 	}
 	d.pid = pk.PacketID
@@ -290,7 +290,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 		// (invariants 4, 5: a job never goes out after it left the queue).
 		fresh, err := q.ch.queue.Get(item.Offset)
 		if err != nil {
-			d.worker.sess.deliv.release(d.pid, queueAck{q: q, d: d})
+			d.sink.release(d.pid, queueAck{q: q, d: d})
 			q.mu.Lock()
 			q.releaseLocked(d, errors.Is(err, storage.ErrNotFound))
 			q.mu.Unlock()
@@ -306,7 +306,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	if max := q.ch.cfg.MaxAttempts; max > 0 && int(item.Attempts) >= max {
 		// invariant 15: attempt counts survive a restart, so a job whose
 		// attempts are spent is dead-lettered, never offered once more.
-		w.sess.deliv.release(d.pid, queueAck{q: q, d: d})
+		d.sink.release(d.pid, queueAck{q: q, d: d})
 		q.mu.Lock()
 		delete(q.byID, d.id)
 		if w.holding == d {
@@ -322,7 +322,6 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 	q.last = w
 	q.mu.Unlock()
 
-	cl := d.conn
 	pk := q.b.deliveryPacket(&item.Record, q.ch, matched{qos: 1}, now)
 	pk.PacketID = d.pid
 	pk.Properties.ResponseTopic = "$saguin/queue/" + q.ch.name + "/response"
@@ -337,8 +336,7 @@ func (q *queueEngine) handOver(item storage.QueueItem, now time.Time) bool {
 		// A worker registered by a SUBSCRIBE still being answered gets its
 		// SUBACK first.
 		w.sess.waitSubscribing()
-		err := w.sess.deliv.writePacket(cl, pk)
-		q.written(d, cl, err)
+		q.written(d, writeOne(d.sink, &pk))
 	}()
 	return true
 }

@@ -85,6 +85,12 @@ func (b *Broker) queueAnswer(cl *mqtt.Client, pk packets.Packet, name string) (p
 		b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: no Correlation Data", "queue", name)
 		return pk, packets.CodeSuccessIgnore
 	}
-	q.answer(s, cl, pk.Properties.CorrelationData, string(pk.Payload))
+	if why, holder := q.answer(s, s.sink(b, cl), pk.Properties.CorrelationData, string(pk.Payload)); why != "" {
+		args := []any{"queue", name}
+		if holder != "" {
+			args = append(args, "holder", holder)
+		}
+		b.refused(slog.LevelInfo, cl, ignoredQueueAnswer, 0, "queue answer ignored: "+why, args...)
+	}
 	return pk, packets.CodeSuccessIgnore
 }

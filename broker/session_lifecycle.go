@@ -270,7 +270,7 @@ func (b *Broker) sessionEstablished(cl *mqtt.Client) {
 		c.start(sink) // a resume: the changes since the mark (latest_consumer.go)
 	}
 	for _, q := range queues {
-		q.addWorker(s, cl)
+		q.addWorker(s, sink)
 	}
 	// Broadcast owed to the session, written by this connection's sender
 	// (fanout_send.go).
@@ -297,7 +297,7 @@ func (b *Broker) returnJobs(s *session, cl *mqtt.Client) {
 	queues := s.queueEngines(b)
 	s.mu.Unlock()
 	for _, q := range queues {
-		q.removeWorker(s, cl)
+		q.removeWorker(s, s.sink(b, cl))
 	}
 }
 

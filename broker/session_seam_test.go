@@ -415,15 +415,16 @@ func TestSessionSeam_ClaimSessionIsItsPhases(t *testing.T) {
 	}
 }
 
-// The append and latest pumps reach the session's deliveries only through
-// their delivery sink (delivery_sink.go; rfcs/delivery-seam.md "The
-// delivery sink"): consumer.go and latest_consumer.go select no field of
-// the deliveries, nor session.deliv, call no method of the deliveries, and
-// name no *mqtt.Client — the bridge's outbound reader is a sink that is no
+// The append and latest pumps and the queue engine reach the session's
+// deliveries only through their delivery sink (delivery_sink.go;
+// rfcs/delivery-seam.md "The delivery sink"): consumer.go,
+// latest_consumer.go, queue.go and queue_offer.go select no field of the
+// deliveries, nor session.deliv, call no method of the deliveries, and name
+// no *mqtt.Client — the bridge's outbound reader is a sink that is no
 // mochi connection, and a pump that names one could not serve it.
 func TestSessionSeam_PumpsReachDeliveriesThroughTheSink(t *testing.T) {
 	src := loadTypedSource(t)
-	pumps := []string{"consumer.go", "latest_consumer.go"}
+	pumps := []string{"consumer.go", "latest_consumer.go", "queue.go", "queue_offer.go"}
 	for _, s := range src.fieldSelections() {
 		if !slices.Contains(pumps, s.file) {
 			continue

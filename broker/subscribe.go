@@ -277,7 +277,7 @@ func (b *Broker) addSubscriptions(s *session, cl *mqtt.Client, granted []packets
 			cl.State.Subscriptions.Add(f.Filter, f)
 			if name, ok := strings.CutPrefix(f.Filter, "$saguin/queue/"); ok && s != nil {
 				s.addQueue(name)
-				b.engines[name].addWorker(s, cl)
+				b.engines[name].addWorker(s, s.sink(b, cl))
 			}
 			continue
 		}
@@ -506,7 +506,7 @@ func (b *Broker) unsubscribed(cl *mqtt.Client, filters []string) {
 		b.log.Error("storing a session at UNSUBSCRIBE", "client", cl.ID, "error", err)
 	}
 	for _, name := range d.queues {
-		b.engines[name].removeWorker(s, cl)
+		b.engines[name].removeWorker(s, s.sink(b, cl))
 	}
 	for _, c := range d.gone {
 		c.stop()
