@@ -306,7 +306,13 @@ func TestMetricsCatalogue(t *testing.T) {
 	m.until("a full session queue", func(f families) bool {
 		return atLeast(1, "saguin_deliveries_refused_total")(f) && atLeast(1, "saguin_deliveries_dropped_total")(f) &&
 			atLeast(1, "saguin_session_deliveries_dropped_total", "cause=session_queue_full")(f) &&
-			atLeast(1, "saguin_session_queue_messages")(f) && atLeast(30<<10, "saguin_session_queue_bytes")(f)
+			// What stays counted whatever the timing: the two QoS 1
+			// deliveries the wire's half holds, never acknowledged (about
+			// 13 KiB each as charged). Whether any QoS 1 delivery is still
+			// waiting behind them depends on when the QoS 0 ones arrived:
+			// on a loaded machine all eight were given up and the QoS 0
+			// ones written, leaving 26,378 bytes in two deliveries.
+			atLeast(2, "saguin_session_queue_messages")(f) && atLeast(20<<10, "saguin_session_queue_bytes")(f)
 	})
 
 	// A delivery that expires while its durable session is away.

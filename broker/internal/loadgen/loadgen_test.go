@@ -317,11 +317,15 @@ func TestLagGate(t *testing.T) {
 
 // With the lag held to 10 — the leash make bench falls back to for
 // mosquitto (saguin-bench's mosquittoFallbackLag) — a run far longer than
-// mosquitto's queue loses nothing. At 200, well below its default
-// max_queued_messages, mosquitto 2.0.11 still dropped 196 of 20,000 on a
-// loaded 2-core CI machine: what it keeps whole at a given lag depends on
-// scheduling, so the test guards the lag the bench relies on.
-func TestPublishMaxLagKeepsMosquittoWhole(t *testing.T) {
+// mosquitto's queue is whole, or every message missing is one mosquitto
+// said it dropped: the load generator loses, repeats and reorders nothing,
+// and reports what the peer lost rather than a rate (the bench then lists
+// the run under its reference failures). Whether mosquitto 2.0.11 drops at
+// all at a given lag depends on scheduling: on a loaded 2-core machine it
+// dropped 196 of 20,000 at a lag of 200 and 7 at a lag of 10, each time
+// logging "Outgoing messages are being dropped", so the peer's wholeness is
+// not what this guards; the lag itself is held by the gate (TestLagGate).
+func TestPublishMaxLagAgainstMosquittoLosesOnlyWhatMosquittoDrops(t *testing.T) {
 	if _, err := exec.LookPath(mosquittoPath); err != nil {
 		t.Fatalf("this test needs mosquitto (apt-get install mosquitto; .ci/run installs it): %v", err)
 	}
@@ -331,14 +335,29 @@ func TestPublishMaxLagKeepsMosquittoWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Stop(5 * time.Second)
+	const total = 20000
 	res, err := Publish(ctx, PublishConfig{
-		Addr: m.Addr(), TopicPrefix: "lag", Publishers: 16, Window: 2, Messages: 20000,
+		Addr: m.Addr(), TopicPrefix: "lag", Publishers: 16, Window: 2, Messages: total,
 		ClientIDPrefix: "lag", Subscribe: true, MaxLag: 10,
 	})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, m.out)
+	if res.Acked != total {
+		t.Fatalf("acked %d, want %d: %v\n%s", res.Acked, total, err, m.out)
 	}
-	if res.Acked != 20000 || res.Delivered != 20000 {
-		t.Fatalf("acked %d, delivered %d; want 20000 each", res.Acked, res.Delivered)
+	if err == nil {
+		if res.Delivered != total {
+			t.Fatalf("no error, yet delivered %d of %d", res.Delivered, total)
+		}
+		return
 	}
+	// Only losses, each of them mosquitto's: its own log says it dropped
+	// outgoing messages for the subscriber.
+	clean := fmt.Sprintf("%d acknowledged, %d received: %d lost, 0 duplicated, 0 never published, 0 from elsewhere, 0 out of order, 0 not acknowledged",
+		total, res.Delivered, total-res.Delivered)
+	if !strings.Contains(err.Error(), clean) {
+		t.Fatalf("want only losses (%q), got %v", clean, err)
+	}
+	if !strings.Contains(m.out.String(), "Outgoing messages are being dropped for client lag-sub") {
+		t.Fatalf("%d lost, but mosquitto's log says it dropped nothing: the loss is the load generator's\n%s", total-res.Delivered, m.out)
+	}
+	t.Logf("mosquitto dropped %d of %d at a lag of 10, and said so; the run reported it", total-res.Delivered, total)
 }
