@@ -4,8 +4,8 @@ SHELL := /bin/bash
 GO ?= go
 REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo devel)
 BIN := bin/saguin
-MODULES := storage broker examples
-ALL_MODULES := storage broker chaos linearizability examples
+MODULES := storage bridge broker examples
+ALL_MODULES := storage bridge broker chaos linearizability examples
 
 .PHONY: build run test vet vet-32 test-32 fuzz-short bench invariants invariants-check chaos-bin chaos-short chaos clean
 

@@ -9,7 +9,7 @@
 # what test-386 is for.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODULES=${MODULES:-"storage broker chaos linearizability examples"}
+MODULES=${MODULES:-"storage bridge broker chaos linearizability examples"}
 TARGETS=${TARGETS:-"386 arm/7"}
 for target in $TARGETS; do
   arch=${target%%/*}
