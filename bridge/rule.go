@@ -85,6 +85,23 @@ const (
 	MaxRuleLength = 65535
 )
 
+// RuleError is a refused rule: which of its keys (filter, direction or
+// topic) is at fault, as written, and why.
+type RuleError struct {
+	Key   string // "filter", "direction" or "topic"
+	Value string // as written
+	Err   error
+}
+
+func (e *RuleError) Error() string {
+	if e.Value == "" {
+		return e.Key + ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("%s %q: %v", e.Key, e.Value, e.Err)
+}
+
+func (e *RuleError) Unwrap() error { return e.Err }
+
 // ErrUnmappable is what Map reports for a topic the rule's filter matches
 // whose mapped name is empty or starts with "$": such a record is dropped
 // and counted as unmappable, never published under a name nobody chose.
@@ -96,11 +113,11 @@ var ErrUnmappable = errors.New("the mapped topic is empty or starts with $")
 // the template does not use); the error names what to fix.
 func NewRule(filter string, dir Direction, template string) (*Rule, []string, error) {
 	if dir != In && dir != Out && dir != Both {
-		return nil, nil, errors.New("direction: write in, out or both")
+		return nil, nil, &RuleError{Key: "direction", Err: errors.New("write in, out or both")}
 	}
 	levels, err := checkFilter(filter)
 	if err != nil {
-		return nil, nil, fmt.Errorf("filter %q: %w", filter, err)
+		return nil, nil, &RuleError{Key: "filter", Value: filter, Err: err}
 	}
 	r := &Rule{Filter: filter, Direction: dir, Template: template, levels: levels}
 	r.tail = levels[len(levels)-1] == "#"
@@ -111,26 +128,26 @@ func NewRule(filter string, dir Direction, template string) (*Rule, []string, er
 		}
 	}
 	if strings.HasPrefix(filter, "$") && dir == Both {
-		return nil, nil, fmt.Errorf("filter %q: a both rule keeps names as they are, and a $ topic is the broker's own on each side; bridge it in with a topic template instead", filter)
+		return nil, nil, &RuleError{Key: "filter", Value: filter, Err: errors.New("a both rule keeps names as they are, and a $ topic is the broker's own on each side; bridge it in with a topic template instead")}
 	}
 	if dir == Both {
 		if template != "" {
-			return nil, nil, errors.New("topic: a both rule keeps every name as it is; remove topic, or split the rule into an in and an out rule")
+			return nil, nil, &RuleError{Key: "topic", Value: template, Err: errors.New("a both rule keeps every name as it is; remove topic, or split the rule into an in and an out rule")}
 		}
 		r.used = make([]bool, plus)
 		return r, nil, nil
 	}
 	if template == "" {
-		return nil, nil, fmt.Errorf("topic: an %s rule needs the name records take on the other side, like %q", dir, exampleTemplate(levels))
+		return nil, nil, &RuleError{Key: "topic", Err: fmt.Errorf("an %s rule needs the name records take on the other side, like %q", dir, exampleTemplate(levels))}
 	}
 	r.pieces, r.used, err = compileTemplate(template, plus, r.tail)
 	if err != nil {
-		return nil, nil, fmt.Errorf("topic %q: %w", template, err)
+		return nil, nil, &RuleError{Key: "topic", Value: template, Err: err}
 	}
 	var notes []string
 	for i, u := range r.used {
 		if !u {
-			notes = append(notes, fmt.Sprintf("topic %q does not use $%d: every topic the filter's %s \"+\" matches lands on the same name", template, i+1, ordinal(i+1)))
+			notes = append(notes, fmt.Sprintf("the topic does not use $%d: every topic the filter's %s \"+\" matches lands on the same name", i+1, ordinal(i+1)))
 		}
 	}
 	return r, notes, nil

@@ -12,6 +12,7 @@ require (
 	golang.org/x/sys v0.49.0
 	gopkg.in/yaml.v3 v3.0.1
 	pgregory.net/rapid v1.3.0
+	saguin.dev/bridge v0.0.0
 	saguin.dev/storage v0.0.0
 )
 
@@ -34,3 +35,5 @@ require (
 )
 
 replace saguin.dev/storage => ../storage
+
+replace saguin.dev/bridge => ../bridge

@@ -30,6 +30,8 @@ type Config struct {
 	Providers map[string]Provider
 	// Channels sorted by name, derived <queue>__dlq channels included.
 	Channels []Channel
+	// Bridges in written order (docs/bridge.md).
+	Bridges []Bridge
 	// Warnings are findings that do not stop a start (docs/operations.md "A start", last
 	// item): an inert provider, a door identifying nobody beside an acl_file.
 	Warnings []Finding
@@ -273,9 +275,10 @@ func Load(path string, checks ...Check) (*Config, error) {
 	return loadFor(path, strconv.IntSize, checks...)
 }
 
-// loadFor is Load as a build of the given word size would judge the file.
-func loadFor(path string, wordSize int, checks ...Check) (*Config, error) {
-	l := &loader{
+// newLoader is a loader for the file at path, judged as a build of the
+// given word size would.
+func newLoader(path string, wordSize int) *loader {
+	return &loader{
 		wordSize: wordSize,
 		source:   path,
 		files:    map[string]int{},
@@ -286,6 +289,11 @@ func loadFor(path string, wordSize int, checks ...Check) (*Config, error) {
 		dlqRetention: map[string]dlqRetention{},
 		filterAt:     map[string]val{},
 	}
+}
+
+// loadFor is Load as a build of the given word size would judge the file.
+func loadFor(path string, wordSize int, checks ...Check) (*Config, error) {
+	l := newLoader(path, wordSize)
 	cfg := l.load(path)
 	cfg.Source, cfg.at = path, l.at
 	for _, check := range checks {
@@ -327,18 +335,23 @@ func (l *loader) load(path string) *Config {
 	if v, ok := top.get("limits"); ok {
 		l.add(v, "limits live under broker.limits; move this block under broker:")
 	}
-	if v, ok := top.get("bridges"); ok {
-		l.add(v, "bridges are not supported by this build yet; remove the block")
-	}
+	bridgesV, hasBridges := top.get("bridges")
 	b := l.broker(bv, hasBroker)
 	cfg.Broker = b.Broker
 	cfg.Providers = b.providers
+	if hasBridges {
+		// The block is read and checked whole (docs/bridge.md), so
+		// --check-config reports every finding in it; this build then
+		// refuses it, since it cannot yet run the link it describes.
+		cfg.Bridges = l.bridges(bridgesV, b)
+		l.add(bridgesV, "this build checks bridges but does not run them yet; remove the block to start")
+	}
 
 	var chv val
 	if v, ok := top.get("channels"); ok {
 		chv = v
 	}
-	top.finish("broker", "channels")
+	top.finish("broker", "channels", "bridges")
 
 	if chv.n != nil {
 		cfg.Channels = l.channels(chv, b)
