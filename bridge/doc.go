@@ -8,6 +8,24 @@
 // the broker as interfaces of its own, and the broker implements them.
 // The arrow points one way, broker → bridge.
 //
-// What is here so far: the rules (rule.go) — which topics cross, which
-// way, and the name each takes on the other side.
+// What is here so far:
+//
+//   - rule.go: which topics cross, which way, and the name each takes on
+//     the other side.
+//   - link.go: one link to a peer over autopaho with manual
+//     acknowledgement — a persistent session (Clean Start only never),
+//     our Receive Maximum, subscriptions made again only when the peer lost
+//     our session, rebuilt by closing the connection it dialled (never
+//     through ConnectionManager.Disconnect, which is terminal).
+//   - inbound.go: the in half. paho's callback only hands a PUBLISH off
+//     to the inbox; one goroutine maps it by the first in rule, stores it
+//     through Local and only then acknowledges it, in receive order,
+//     batched by ack_interval. A broker that cannot hold a record now
+//     (Retry) holds the peer back at our Receive Maximum; one that never
+//     can (Never) is acknowledged and counted; a DUP redelivery of a
+//     record stored already (dedup.go) is acknowledged, not stored again.
+//
+// Goroutines: Link.Run owns autopaho's and the inbound goroutine, and
+// returns once both ended. Not yet here: the out half (reading channels
+// from a stored position), the link's metrics and the broker's side.
 package bridge

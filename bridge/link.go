@@ -1,0 +1,336 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// Config is one link, as the broker's configuration gives it
+// (docs/bridge.md "Configuration").
+type Config struct {
+	Name     string
+	Peer     *url.URL // tcp:// or tls://
+	ClientID string
+	// SessionExpiry is how long the peer keeps our session (and what it
+	// queues for us) while the link is down.
+	SessionExpiry  time.Duration
+	ReceiveMaximum uint16
+	// AckInterval is how long acknowledgements are batched for at most.
+	AckInterval time.Duration
+	// KeepAlive is the MQTT keep-alive; 0 is 30s.
+	KeepAlive time.Duration
+	// TLS, on a tls peer, gives the TLS configuration for one handshake:
+	// it is called at every connection attempt, so certificates renewed
+	// on disk are picked up.
+	TLS   func() (*tls.Config, error)
+	Rules []*Rule
+	Log   *slog.Logger
+	// Backoff is the wait before connection attempt n (0 the first):
+	// nil is a jittered doubling from 100ms to 30s.
+	Backoff func(n int) time.Duration
+}
+
+// Link is one bridge to a peer broker, with this broker as the client.
+// Run owns its goroutines: paho's (through autopaho), and the inbound
+// goroutine that stores records and acknowledges them.
+type Link struct {
+	cfg     Config
+	local   Local
+	log     *slog.Logger
+	inRules []*Rule
+
+	inbox       chan received
+	qos0Waiting atomic.Int64
+	stop        chan struct{} // closed when Run returns: the callback stops handing off
+
+	gen       atomic.Uint64 // the current connection's number; 0 before the first
+	connected atomic.Bool
+	conn      atomic.Pointer[net.Conn] // the current connection, closed to rebuild the link
+	hadSess   atomic.Bool              // a connection of this process was accepted before
+	downAt    atomic.Int64             // unix nanos the link went down, 0 while up
+
+	stats linkStats
+}
+
+// linkStats are a link's counters (the saguin_bridge_* families).
+type linkStats struct {
+	received, stored, duplicates, retries atomic.Int64
+	connects, sessionsLost                atomic.Int64
+	mu                                    sync.Mutex
+	unstored                              map[string]int64
+}
+
+// Stats is a copy of a link's counters.
+type Stats struct {
+	Connected                    bool
+	Received, Stored, Duplicates int64
+	Retries                      int64
+	Connects, SessionsLost       int64
+	Unstored                     map[string]int64 // by cause
+}
+
+// New checks cfg and makes a link; Run starts it.
+func New(cfg Config, local Local) (*Link, error) {
+	switch {
+	case cfg.Name == "":
+		return nil, errors.New("bridge: a link needs a name")
+	case cfg.Peer == nil || cfg.Peer.Host == "":
+		return nil, fmt.Errorf("bridge %s: no peer", cfg.Name)
+	case cfg.Peer.Scheme != "tcp" && cfg.Peer.Scheme != "tls":
+		return nil, fmt.Errorf("bridge %s: peer scheme %q: this build links over tcp and tls", cfg.Name, cfg.Peer.Scheme)
+	case cfg.Peer.Scheme == "tls" && cfg.TLS == nil:
+		return nil, fmt.Errorf("bridge %s: a tls peer needs its TLS configuration", cfg.Name)
+	case cfg.ClientID == "":
+		return nil, fmt.Errorf("bridge %s: no client_id", cfg.Name)
+	case cfg.ReceiveMaximum == 0:
+		return nil, fmt.Errorf("bridge %s: receive_maximum 0", cfg.Name)
+	case cfg.AckInterval <= 0:
+		return nil, fmt.Errorf("bridge %s: ack_interval %v", cfg.Name, cfg.AckInterval)
+	case cfg.SessionExpiry < time.Second || cfg.SessionExpiry > time.Duration(1<<32-1)*time.Second:
+		return nil, fmt.Errorf("bridge %s: session_expiry %v is not 1s to 4294967295s", cfg.Name, cfg.SessionExpiry)
+	case len(cfg.Rules) == 0:
+		return nil, fmt.Errorf("bridge %s: no rule", cfg.Name)
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = 30 * time.Second
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = jitteredBackoff
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Link{cfg: cfg, local: local, log: log.With("bridge", cfg.Name), stop: make(chan struct{})}
+	for _, r := range cfg.Rules {
+		if inRule(r) {
+			l.inRules = append(l.inRules, r)
+		}
+	}
+	// QoS 1/2: at most a Receive Maximum unacknowledged; QoS 0: at most
+	// one more Receive Maximum waiting (onPublish). Invariant 13.
+	l.inbox = make(chan received, 2*int(cfg.ReceiveMaximum))
+	l.stats.unstored = map[string]int64{}
+	return l, nil
+}
+
+// jitteredBackoff waits 100ms before the second attempt, doubling to 30s,
+// each wait between half and all of its step so links that fell together
+// do not all return together.
+func jitteredBackoff(n int) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	step := 100 * time.Millisecond << min(n-1, 9)
+	step = min(step, 30*time.Second)
+	return step/2 + rand.N(step/2+1)
+}
+
+// Stats copies the link's counters.
+func (l *Link) Stats() Stats {
+	s := Stats{
+		Connected: l.connected.Load(), Received: l.stats.received.Load(), Stored: l.stats.stored.Load(),
+		Duplicates: l.stats.duplicates.Load(), Retries: l.stats.retries.Load(),
+		Connects: l.stats.connects.Load(), SessionsLost: l.stats.sessionsLost.Load(),
+		Unstored: map[string]int64{},
+	}
+	l.stats.mu.Lock()
+	for k, v := range l.stats.unstored {
+		s.Unstored[k] = v
+	}
+	l.stats.mu.Unlock()
+	return s
+}
+
+// Run connects to the peer and keeps the link until ctx ends; then it
+// closes the connection without UNSUBSCRIBE and without ending the session
+// at the peer (a DISCONNECT with reason 0x00 and the session kept), so the
+// peer keeps what it queues for us.
+func (l *Link) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(l.stop)
+
+	keepAlive := uint16(min(l.cfg.KeepAlive/time.Second, 65535))
+	expiry := uint32(l.cfg.SessionExpiry / time.Second)
+	rm := l.cfg.ReceiveMaximum
+	cc := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{l.cfg.Peer},
+		KeepAlive:                     keepAlive,
+		CleanStartOnInitialConnection: false, // the peer keeps our session across our restarts
+		SessionExpiryInterval:         expiry,
+		ConnectTimeout:                10 * time.Second,
+		ReconnectBackoff:              l.cfg.Backoff,
+		AttemptConnection:             l.dial,
+		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+			if c.Properties == nil {
+				c.Properties = &paho.ConnectProperties{}
+			}
+			c.Properties.ReceiveMaximum = &rm
+			return c, nil
+		},
+		OnConnectionUp:   l.up,
+		OnConnectionDown: l.down,
+		OnConnectError: func(err error) {
+			l.log.Debug("bridge: connection attempt failed", "peer", l.cfg.Peer.Redacted(), "why", classify(err), "error", err)
+		},
+		ClientConfig: paho.ClientConfig{
+			ClientID:                   l.cfg.ClientID,
+			EnableManualAcknowledgment: true,
+			SendAcksInterval:           l.cfg.AckInterval,
+			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){l.onPublish},
+		},
+	}
+	cm, err := autopaho.NewConnection(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", l.cfg.Name, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.storeInbound(ctx)
+	}()
+	<-ctx.Done()
+	<-cm.Done()
+	return nil
+}
+
+// dial makes one connection to the peer (autopaho calls it for each
+// attempt): its own timeout, the TLS configuration read afresh, and the
+// connection kept so the link can be rebuilt by closing it — never through
+// ConnectionManager.Disconnect, which ends autopaho for good.
+func (l *Link) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var conn net.Conn
+	var err error
+	switch u.Scheme {
+	case "tls":
+		var tc *tls.Config
+		if tc, err = l.cfg.TLS(); err != nil {
+			return nil, fmt.Errorf("reading the TLS files: %w", err)
+		}
+		d := tls.Dialer{Config: tc}
+		conn, err = d.DialContext(ctx, "tcp", u.Host)
+	default:
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", u.Host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	conn = packets.NewThreadSafeConn(conn)
+	l.conn.Store(&conn)
+	return conn, nil
+}
+
+// up: a connection was accepted. A session the peer no longer has, where
+// this process had one, is warned and counted, and every in rule is
+// subscribed again (the peer's state is gone with it); with the session
+// present, nothing is subscribed again — the peer kept our
+// subscriptions, and a resubscribe flood is what we avoid.
+func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
+	l.gen.Add(1)
+	l.connected.Store(true)
+	l.stats.connects.Add(1)
+	if at := l.downAt.Swap(0); at != 0 {
+		l.log.Warn("bridge: link back", "peer", l.cfg.Peer.Redacted(), "down_for", time.Since(time.Unix(0, at)).Round(time.Millisecond), "session_present", ack.SessionPresent)
+	} else {
+		l.log.Info("bridge: link up", "peer", l.cfg.Peer.Redacted(), "session_present", ack.SessionPresent)
+	}
+	if ack.SessionPresent {
+		l.hadSess.Store(true)
+		return
+	}
+	if l.hadSess.Swap(true) {
+		l.stats.sessionsLost.Add(1)
+		l.log.Warn("bridge: the peer no longer has our session; what it held for us while the link was down is lost there, and the in rules are subscribed again", "peer", l.cfg.Peer.Redacted())
+	}
+	if len(l.inRules) == 0 {
+		return
+	}
+	sub := &paho.Subscribe{}
+	for _, r := range l.inRules {
+		sub.Subscriptions = append(sub.Subscriptions, subscription(r))
+	}
+	// The callback must not block: the SUBSCRIBE is answered on another
+	// goroutine, which ends with the connection.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		sa, err := cm.Subscribe(ctx, sub)
+		if err != nil {
+			l.log.Warn("bridge: subscribing to the in rules failed; the link is rebuilt", "error", err)
+			l.rebuild()
+			return
+		}
+		for i, code := range sa.Reasons {
+			if i >= len(sub.Subscriptions) {
+				break
+			}
+			switch {
+			case code >= 0x80:
+				l.log.Warn("bridge: the peer refused an in rule's subscription", "filter", sub.Subscriptions[i].Topic, "code", fmt.Sprintf("0x%02X", code))
+			case code < 2:
+				l.log.Warn("bridge: the peer granted a lower QoS; records of this rule cross at most once (QoS 0) or at least once (QoS 1)", "filter", sub.Subscriptions[i].Topic, "granted_qos", code)
+			}
+		}
+	}()
+}
+
+// down: the connection ended; autopaho dials again (true).
+func (l *Link) down() bool {
+	l.connected.Store(false)
+	l.downAt.CompareAndSwap(0, time.Now().UnixNano())
+	l.log.Warn("bridge: link down", "peer", l.cfg.Peer.Redacted())
+	return true
+}
+
+// rebuild closes the current connection: autopaho sees it end and dials
+// again, the session kept at the peer.
+func (l *Link) rebuild() {
+	if c := l.conn.Load(); c != nil {
+		_ = (*c).Close()
+	}
+}
+
+// classify names why a connection attempt failed, for operators: not
+// authorised, peer gone, protocol error or quota.
+func classify(err error) string {
+	var ce *autopaho.ConnackError
+	if errors.As(err, &ce) {
+		switch ce.ReasonCode {
+		case 0x86, 0x87, 0x8C:
+			return "not_authorised"
+		case 0x89, 0x97, 0x9F:
+			return "quota"
+		case 0x88, 0x8A, 0x8B, 0x9C, 0x9D:
+			return "peer_gone"
+		}
+		return "protocol_error"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {
+		return "peer_gone"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return "peer_gone"
+	}
+	return "protocol_error"
+}

@@ -1,0 +1,230 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runLink starts a link to peer with rules, stopped at the test's end.
+func runLink(t *testing.T, peer *peerBroker, local Local, id string, rm uint16, ackInterval time.Duration, rules ...*Rule) *Link {
+	t.Helper()
+	return runLinkTo(t, peer.url(), local, id, rm, ackInterval, rules...)
+}
+
+// runLinkTo is runLink to any address (a proxy before the peer).
+func runLinkTo(t *testing.T, peer *url.URL, local Local, id string, rm uint16, ackInterval time.Duration, rules ...*Rule) *Link {
+	t.Helper()
+	l, err := New(Config{
+		Name: "up", Peer: peer, ClientID: id, SessionExpiry: time.Hour,
+		ReceiveMaximum: rm, AckInterval: ackInterval, Rules: rules,
+		Backoff: func(n int) time.Duration { return time.Duration(min(n, 5)) * 20 * time.Millisecond },
+	}, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("the link did not stop within 15s")
+		}
+	})
+	return l
+}
+
+func rule(t *testing.T, filter string, dir Direction, tmpl string) *Rule {
+	t.Helper()
+	r, _, err := NewRule(filter, dir, tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// subscribed waits until the peer has answered the link's SUBSCRIBE n
+// times in all (mosquitto -v logs each SUBACK it sends).
+func subscribed(t *testing.T, peer *peerBroker, id string, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("SUBACK %d to %s", n, id), func() bool { return peer.count("Sending SUBACK to "+id) >= n })
+}
+
+// Records published at the peer under an in rule are stored here under
+// the rule's name, in the order published, properties and all.
+func TestInboundStoresInOrderUnderTheRulesName(t *testing.T) {
+	peer := startPeer(t, "")
+	local := newMemLocal()
+	l := runLink(t, peer, local, "edge-in", 20, 5*time.Millisecond,
+		rule(t, "fleet/+/#", In, "local/$1/$#"), rule(t, "cmd/#", In, "commands/$#"))
+	subscribed(t, peer, "edge-in", 1)
+	pub := newPublisher(t, peer, "hub-pub")
+	var want []string
+	for i := range 50 {
+		pub.publish(fmt.Sprintf("fleet/v%d/engine/rpm", i%3), strconvI(i), byte(1+i%2))
+		want = append(want, fmt.Sprintf("local/v%d/engine/rpm %d", i%3, i))
+	}
+	pub.publish("cmd/valve", "open", 1)
+	want = append(want, "commands/valve open")
+	waitFor(t, "51 records stored", func() bool { return len(local.topics()) >= len(want) })
+	if got := local.topics(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("stored:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if s := l.Stats(); s.Stored != 51 || !s.Connected || s.Duplicates != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A full channel here is backpressure: nothing is acknowledged while the
+// broker cannot hold records, so the peer has exactly receive_maximum out
+// with us and sends no more; once room comes, every record is stored, in
+// order, none dropped.
+func TestInboundFullChannelHoldsThePeerAtReceiveMaximum(t *testing.T) {
+	peer := startPeer(t, "")
+	local := newMemLocal()
+	local.hold(true)
+	const rm = 5
+	l := runLink(t, peer, local, "edge-full", rm, 5*time.Millisecond, rule(t, "jobs/#", In, "local/$#"))
+	subscribed(t, peer, "edge-full", 1)
+	pub := newPublisher(t, peer, "hub-pub")
+	for i := range 30 {
+		pub.publish("jobs/j", strconvI(i), 1)
+	}
+	waitFor(t, "the peer to send a receive_maximum", func() bool { return l.Stats().Received >= rm })
+	// The peer has all 30 and would send more if it may: it may not.
+	time.Sleep(300 * time.Millisecond)
+	if got := l.Stats().Received; got != rm {
+		t.Fatalf("the peer sent %d records with none acknowledged; want exactly receive_maximum (%d)", got, rm)
+	}
+	if l.Stats().Retries == 0 {
+		t.Fatal("the held record was not retried")
+	}
+	local.hold(false)
+	waitFor(t, "30 records stored", func() bool { return len(local.topics()) >= 30 })
+	got := local.topics()
+	for i, g := range got {
+		if g != "local/j "+strconvI(i) {
+			t.Fatalf("record %d stored as %q; want local/j %d (order kept, none lost)", i, g, i)
+		}
+	}
+	if len(got) != 30 {
+		t.Fatalf("%d stored, want 30", len(got))
+	}
+}
+
+// A record that can never be stored is acknowledged, dropped and counted
+// with its cause, and the records after it flow; so are records no rule
+// maps.
+func TestInboundNeverAcceptedIsCountedAndTheLinkFlows(t *testing.T) {
+	peer := startPeer(t, "")
+	local := newMemLocal()
+	local.never["local/poison"] = "too_large"
+	l := runLink(t, peer, local, "edge-poison", 3, 5*time.Millisecond,
+		rule(t, "in/#", In, "local/$#"), rule(t, "empty/#", In, "$#"))
+	subscribed(t, peer, "edge-poison", 1)
+	pub := newPublisher(t, peer, "hub-pub")
+	pub.publish("in/a", "1", 1)
+	pub.publish("in/poison", "x", 1)
+	pub.publish("empty", "nothing to name it", 1) // "#" matched no level: the name is empty
+	for i := 2; i <= 10; i++ {
+		pub.publish("in/a", strconvI(i), 1)
+	}
+	waitFor(t, "10 records stored", func() bool { return len(local.topics()) >= 10 })
+	s := l.Stats()
+	if s.Unstored["too_large"] != 1 || s.Unstored[CauseUnmappable] != 1 || s.Stored != 10 {
+		t.Fatalf("stats %+v; want 10 stored, 1 too_large, 1 unmappable", s)
+	}
+}
+
+// A record stored here whose acknowledgement the link lost (the connection
+// dropped before ack_interval sent it) comes again from the peer with DUP
+// on the next connection: it is recognised, acknowledged, and not stored a
+// second time; the session was kept, so nothing is subscribed again.
+func TestInboundRedeliveryAfterALostAckIsStoredOnce(t *testing.T) {
+	peer := startPeer(t, "")
+	local := newMemLocal()
+	// One second of batching: the records are stored well before their
+	// acknowledgements would leave.
+	l := runLink(t, peer, local, "edge-dup", 20, time.Second, rule(t, "d/#", In, "local/$#"))
+	subscribed(t, peer, "edge-dup", 1)
+	pub := newPublisher(t, peer, "hub-pub")
+	for i := range 8 {
+		pub.publish("d/x", strconvI(i), 1)
+	}
+	waitFor(t, "8 records stored", func() bool { return len(local.topics()) >= 8 })
+	l.rebuild()
+	waitFor(t, "8 redeliveries recognised", func() bool { return l.Stats().Duplicates >= 8 })
+	pub.publish("d/x", "after", 1)
+	waitFor(t, "the record after the reconnection", func() bool { return len(local.topics()) >= 9 })
+	if got := local.topics(); len(got) != 9 || got[8] != "local/x after" {
+		t.Fatalf("stored %q; want each of the 8 once, then the one after", got)
+	}
+	if n := peer.count("Sending SUBACK to edge-dup"); n != 1 {
+		t.Fatalf("%d SUBACKs to the link; a kept session is not subscribed again", n)
+	}
+	if s := l.Stats(); s.Connects != 2 || s.SessionsLost != 0 {
+		t.Fatalf("stats %+v; want 2 connections, no session lost", s)
+	}
+}
+
+// While the link is down, the peer keeps our session and queues what is
+// published for us; it all arrives, in order, when the link is back, and
+// the kept session is not subscribed again.
+func TestInboundOutageIsQueuedAtThePeer(t *testing.T) {
+	peer := startPeer(t, "")
+	proxy := startProxy(t, peer.addr())
+	local := newMemLocal()
+	l := runLinkTo(t, proxy.url(), local, "edge-outage", 20, 5*time.Millisecond, rule(t, "o/#", In, "local/$#"))
+	subscribed(t, peer, "edge-outage", 1)
+	pub := newPublisher(t, peer, "hub-pub")
+	pub.publish("o/x", "before", 1)
+	waitFor(t, "the first record", func() bool { return len(local.topics()) >= 1 })
+	proxy.setCut(true)
+	waitFor(t, "the link down", func() bool { return !l.Stats().Connected })
+	for i := range 20 {
+		pub.publish("o/x", strconvI(i), 1)
+	}
+	if n := len(local.topics()); n != 1 {
+		t.Fatalf("%d records stored with the link cut", n)
+	}
+	proxy.setCut(false)
+	waitFor(t, "21 records", func() bool { return len(local.topics()) >= 21 })
+	got := local.topics()
+	for i := range 20 {
+		if got[i+1] != "local/x "+strconvI(i) {
+			t.Fatalf("record %d is %q", i+1, got[i+1])
+		}
+	}
+	if n := peer.count("Sending SUBACK to edge-outage"); n != 1 {
+		t.Fatalf("%d SUBACKs; a kept session is not subscribed again", n)
+	}
+}
+
+// The peer restarted without its state (Session Present 0 on a dial that
+// resumes): the loss is counted and the in rules subscribed again, so
+// records published after it still cross.
+func TestInboundLostSessionIsCountedAndResubscribed(t *testing.T) {
+	peer := startPeer(t, "persistence false")
+	local := newMemLocal()
+	l := runLink(t, peer, local, "edge-lost", 20, 5*time.Millisecond, rule(t, "s/#", In, "local/$#"))
+	subscribed(t, peer, "edge-lost", 1)
+	peer.restart()
+	subscribed(t, peer, "edge-lost", 1) // the new process's log
+	pub := newPublisher(t, peer, "hub-pub-2")
+	pub.publish("s/after-restart", "x", 1)
+	waitFor(t, "the record after the peer's restart", func() bool { return len(local.topics()) >= 1 })
+	if s := l.Stats(); s.SessionsLost != 1 {
+		t.Fatalf("stats %+v; want one session lost", s)
+	}
+}
+
+func strconvI(i int) string { return fmt.Sprint(i) }
