@@ -2,25 +2,34 @@ package bridge
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 )
 
 // Causes an inbound record is acknowledged without being stored, each
-// counted (docs/bridge.md "What crosses").
+// counted (docs/bridge.md "What crosses, inbound").
 const (
 	CauseNoRule     = "no_rule"    // no in rule's filter matches its topic
 	CauseUnmappable = "unmappable" // its mapped name is empty or starts with $
 	CauseQueueFull  = "queue_full" // a QoS 0 record past one Receive Maximum waiting
+	// CauseNeverAccepted: the broker refused it for good (too deep, too
+	// long, too many headers, not granted).
+	CauseNeverAccepted = "never_accepted"
 )
+
+// Causes lists every cause a link counts, the closed label set of
+// saguin_bridge_unstored_total.
+var Causes = []string{CauseNoRule, CauseUnmappable, CauseNeverAccepted, CauseQueueFull}
 
 // received is one PUBLISH handed off by paho's callback, with the
 // connection it arrived on: it is acknowledged on that connection only.
 type received struct {
 	pub *paho.Publish
 	cli *paho.Client
-	gen uint64 // the connection's number (Link.gen when it arrived)
+	gen uint64    // the connection's number (Link.gen when it arrived)
+	at  time.Time // when it arrived: the oldest unacknowledged one's age is a figure
 }
 
 // onPublish is paho's callback: it only hands the record off (paho calls
@@ -30,7 +39,7 @@ type received struct {
 // one Receive Maximum waiting is dropped and counted: MQTT gives QoS 0 no
 // flow control to hold the peer back with.
 func (l *Link) onPublish(pr paho.PublishReceived) (bool, error) {
-	r := received{pub: pr.Packet, cli: pr.Client, gen: l.gen.Load()}
+	r := received{pub: pr.Packet, cli: pr.Client, gen: l.gen.Load(), at: time.Now()}
 	l.stats.received.Add(1)
 	if r.pub.QoS == 0 {
 		if l.qos0Waiting.Add(1) > int64(l.cfg.ReceiveMaximum) {
@@ -62,7 +71,11 @@ func (l *Link) storeInbound(ctx context.Context) {
 		if r.pub.QoS == 0 {
 			l.qos0Waiting.Add(-1)
 		}
+		// Records are settled in receive order, so the one being settled
+		// is the oldest not yet acknowledged.
+		l.settling.Store(r.at.UnixNano())
 		l.settleInbound(ctx, r, recent)
+		l.settling.Store(0)
 	}
 }
 
@@ -93,8 +106,9 @@ func (l *Link) settleInbound(ctx context.Context, r received, recent *recentlySt
 			l.ack(r)
 			return
 		case Never:
-			if why == "" {
-				why = "never_accepted"
+			if !slices.Contains(Causes, why) {
+				// The label set is closed (saguin_bridge_unstored_total).
+				why = CauseNeverAccepted
 			}
 			l.unstored(why)
 			l.ack(r)

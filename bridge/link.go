@@ -32,6 +32,10 @@ type Config struct {
 	AckInterval time.Duration
 	// KeepAlive is the MQTT keep-alive; 0 is 30s.
 	KeepAlive time.Duration
+	// MaximumPacketSize, when not 0, is sent on CONNECT: the peer sends
+	// nothing larger (MQTT 5 §3.1.2.11.4), so a record over the broker's
+	// own limit is never read off the wire here.
+	MaximumPacketSize uint32
 	// TLS, on a tls peer, gives the TLS configuration for one handshake:
 	// it is called at every connection attempt, so certificates renewed
 	// on disk are picked up.
@@ -61,6 +65,7 @@ type Link struct {
 	conn      atomic.Pointer[net.Conn] // the current connection, closed to rebuild the link
 	hadSess   atomic.Bool              // a connection of this process was accepted before
 	downAt    atomic.Int64             // unix nanos the link went down, 0 while up
+	settling  atomic.Int64             // unix nanos the record being stored arrived, 0 when none
 
 	stats linkStats
 }
@@ -75,11 +80,16 @@ type linkStats struct {
 
 // Stats is a copy of a link's counters.
 type Stats struct {
+	Name, Peer                   string
 	Connected                    bool
 	Received, Stored, Duplicates int64
 	Retries                      int64
 	Connects, SessionsLost       int64
 	Unstored                     map[string]int64 // by cause
+	// OldestUnacknowledged is how long the oldest record received from
+	// the peer has waited to be stored and acknowledged (0: none waits):
+	// progress an operator can see, where Connected alone says nothing.
+	OldestUnacknowledged time.Duration
 }
 
 // New checks cfg and makes a link; Run starts it.
@@ -142,10 +152,14 @@ func jitteredBackoff(n int) time.Duration {
 // Stats copies the link's counters.
 func (l *Link) Stats() Stats {
 	s := Stats{
+		Name: l.cfg.Name, Peer: l.cfg.Peer.Redacted(),
 		Connected: l.connected.Load(), Received: l.stats.received.Load(), Stored: l.stats.stored.Load(),
 		Duplicates: l.stats.duplicates.Load(), Retries: l.stats.retries.Load(),
 		Connects: l.stats.connects.Load(), SessionsLost: l.stats.sessionsLost.Load(),
 		Unstored: map[string]int64{},
+	}
+	if at := l.settling.Load(); at != 0 {
+		s.OldestUnacknowledged = max(time.Since(time.Unix(0, at)), 0)
 	}
 	l.stats.mu.Lock()
 	for k, v := range l.stats.unstored {
@@ -182,6 +196,9 @@ func (l *Link) Run(ctx context.Context) error {
 				c.Properties = &paho.ConnectProperties{}
 			}
 			c.Properties.ReceiveMaximum = &rm
+			if max := l.cfg.MaximumPacketSize; max > 0 {
+				c.Properties.MaximumPacketSize = &max
+			}
 			return c, nil
 		},
 		OnConnectionUp:   l.up,

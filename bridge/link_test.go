@@ -140,8 +140,8 @@ func TestInboundNeverAcceptedIsCountedAndTheLinkFlows(t *testing.T) {
 	}
 	waitFor(t, "10 records stored", func() bool { return len(local.topics()) >= 10 })
 	s := l.Stats()
-	if s.Unstored["too_large"] != 1 || s.Unstored[CauseUnmappable] != 1 || s.Stored != 10 {
-		t.Fatalf("stats %+v; want 10 stored, 1 too_large, 1 unmappable", s)
+	if s.Unstored[CauseNeverAccepted] != 1 || s.Unstored[CauseUnmappable] != 1 || s.Stored != 10 || len(s.Unstored) != 2 {
+		t.Fatalf("stats %+v; want 10 stored, 1 never_accepted (a cause outside the closed set counts as that), 1 unmappable", s)
 	}
 }
 
@@ -228,3 +228,23 @@ func TestInboundLostSessionIsCountedAndResubscribed(t *testing.T) {
 }
 
 func strconvI(i int) string { return fmt.Sprint(i) }
+
+// The age of the oldest record not yet acknowledged grows while the broker
+// cannot store it, and is back to 0 once it could: progress, not just
+// "connected".
+func TestInboundOldestUnacknowledgedAge(t *testing.T) {
+	peer := startPeer(t, "")
+	local := newMemLocal()
+	local.hold(true)
+	l := runLink(t, peer, local, "edge-age", 5, 5*time.Millisecond, rule(t, "a/#", In, "local/$#"))
+	subscribed(t, peer, "edge-age", 1)
+	if age := l.Stats().OldestUnacknowledged; age != 0 {
+		t.Fatalf("age %v with nothing received", age)
+	}
+	pub := newPublisher(t, peer, "hub-pub")
+	pub.publish("a/x", "1", 1)
+	waitFor(t, "an age of 200ms", func() bool { return l.Stats().OldestUnacknowledged >= 200*time.Millisecond })
+	local.hold(false)
+	waitFor(t, "the record stored", func() bool { return len(local.topics()) == 1 })
+	waitFor(t, "the age back to 0", func() bool { return l.Stats().OldestUnacknowledged == 0 })
+}

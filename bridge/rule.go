@@ -259,6 +259,35 @@ func compileTemplate(t string, plus int, tail bool) ([]piece, []bool, error) {
 	return pieces, used, nil
 }
 
+// Reach is the filter of the names the rule maps to: each level of the
+// template that holds a $N is "+", $# is "#"; on a both rule, the filter
+// itself. The broker resolves it to learn which channels (or broadcast)
+// records of the rule can land on.
+func (r *Rule) Reach() string {
+	if r.Direction == Both {
+		return r.Filter
+	}
+	// A NUL marks where a $N goes (a template holds none of its own).
+	var b strings.Builder
+	for _, p := range r.pieces {
+		switch {
+		case p.ref == tailRef:
+			b.WriteString("#") // a whole last level (compileTemplate)
+		case p.ref > 0:
+			b.WriteByte(0)
+		default:
+			b.WriteString(p.lit)
+		}
+	}
+	levels := strings.Split(b.String(), "/")
+	for i, l := range levels {
+		if strings.ContainsRune(l, 0) {
+			levels[i] = "+"
+		}
+	}
+	return strings.Join(levels, "/")
+}
+
 // Matches reports whether topic is one the rule's filter matches (MQTT 5
 // §4.7: a topic starting with $ is not matched by a filter starting with a
 // wildcard).

@@ -188,3 +188,22 @@ func indices(n int) []int {
 	}
 	return out
 }
+
+func TestRuleReach(t *testing.T) {
+	for _, c := range []struct{ filter, tmpl, want string }{
+		{"fleet/+/telemetry/#", "shore/$1/$#", "shore/+/#"},
+		{"a/+/+", "b/$2-$1", "b/+"},
+		{"a/+", "b/site-$1/c", "b/+/c"},
+		{"cmd/#", "$#", "#"},
+		{"x/y", "plain/topic", "plain/topic"},
+		{"x/+", "$1", "+"},
+	} {
+		r := mustRule(t, c.filter, In, c.tmpl)
+		if got := r.Reach(); got != c.want {
+			t.Errorf("%q -> %q: Reach %q, want %q", c.filter, c.tmpl, got, c.want)
+		}
+	}
+	if got := mustRule(t, "s/+", Both, "").Reach(); got != "s/+" {
+		t.Errorf("both rule reach %q", got)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/bridge"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/clock"
 	doorpkg "saguin.dev/broker/internal/door"
@@ -61,10 +62,12 @@ type Options struct {
 
 // Broker is one running Sagüin.
 type Broker struct {
-	cfg   *config.Config
-	clock clock.Clock
-	log   *slog.Logger
-	build string
+	cfg *config.Config
+	// bridges are the links to peer brokers (bridges.go), started last.
+	bridges []*bridge.Link
+	clock   clock.Clock
+	log     *slog.Logger
+	build   string
 	// version is saguin_build_info's (Options.Version), and started when
 	// New ran: what saguin_uptime_seconds counts from, on the broker's
 	// clock. metrics serves the catalogue (metrics.go).
@@ -392,6 +395,9 @@ func (b *Broker) Start() error {
 		return err
 	}
 	b.startQoS2() // holds of sessions that came back; the rest dropped (qos2.go)
+	if err := b.makeBridges(); err != nil {
+		return err
+	}
 	var doors []*door
 	var statements []string // each door as the listening line names it
 	for i, l := range b.cfg.Broker.Listeners {
@@ -448,6 +454,9 @@ func (b *Broker) Start() error {
 	for _, q := range b.engines {
 		b.background(q.run)
 	}
+	// Last: a bridge brings records in only once channels, sessions and
+	// the queues' engines are up (docs/bridge.md "The link").
+	b.runBridges()
 	b.logServing(statements) // startup.go
 	return nil
 }

@@ -27,7 +27,9 @@
 // the session (session.go, session_lifecycle.go, session_state.go —
 // the only files that take session.mu or touch its mutable fields; the
 // rest reach its state through its methods there; ownership.go,
-// sessionstore.go, wills.go), storage of every publish to a channel
+// sessionstore.go, wills.go), the bridges (bridges.go: each link of the
+// bridge module brings records in through the publish path, as a Will
+// does), storage of every publish to a channel
 // (publish.go, inbound.go, qos2.go, latest.go, retained.go) and every
 // delivery to a connection (deliveries.go; the pumps in consumer.go,
 // latest_consumer.go — which reach the deliveries through their sink,
@@ -209,7 +211,11 @@
 //	started in                 runs                             stopped by                          owns
 //	Broker.background          flushLoop, sweepLoop, willLoop,  the broker's context (Close          its loop's state; counted in
 //	  (Start, restoreSessions,   refusalLoop, queueEngine.run,    cancels it), waited for on b.wg     b.wg
-//	  startQoS2)                 bcastLoop, qos2Loop
+//	  startQoS2, runBridges)     bcastLoop, qos2Loop, a
+//	                             bridge's link (bridge.Link.Run:
+//	                             autopaho's goroutines and the
+//	                             link's inbound goroutine, all
+//	                             ended before it returns)
 //	pumpRun.goLocked           an append pump (consumer.run),   pumpRun.stop: the owner's stop      the pump's read position and
 //	  (consumer.start,           a latest pump                    (session.stopPumps, a takeover,     batch; the sender's place in
 //	  latestConsumer.start,      (latestConsumer.run), a          an unsubscribe) or the broker's     the outbox; counted in b.wg
@@ -348,11 +354,12 @@
 //  7. the visibility deadline never overlaps transport in-flight:
 //     queueAck.acked, queueEngine.expireLeases.
 //  8. message identity and stream position are distinct: recordOfMsg,
-//     publishedMessageID (storage keeps the id across a dead-letter move).
+//     publishedMessageID (storage keeps the id across a dead-letter move),
+//     bridgeLocal.Store (a record brought over a bridge keeps its id).
 //  9. offsets are monotonic and never reused: kept by the storage
 //     providers, which assign every offset; this package only reads them.
 //  10. the broker is the only enforcement point: asLatestValue,
-//     Broker.publishWill.
+//     Broker.publishWill, bridgeLocal.Store.
 //  11. a wildcard never reaches a queue: routing.insideQueue (route.go,
 //     asked by Broker.filterCode), Broker.addChannelSubscription.
 //  12. the configuration decides a topic's channel: kept by the config and
@@ -367,7 +374,9 @@
 //     Broker.publishWill, Broker.writeRetained (no more retained values
 //     unacknowledged than the Receive Maximum), Broker.holdRetained and
 //     session.keepRest (what waits for room bounded by
-//     session_queue_bytes), refusedRecord.add and lostRecord.add (the operations listener's records). rfcs/bounds.md
+//     session_queue_bytes), bridgeLocal.Store and linkConfig (a bridge's
+//     records take the publish path, and its peer is told our packet
+//     size limit), refusedRecord.add and lostRecord.add (the operations listener's records). rfcs/bounds.md
 //     tables every accumulator that grows with client input, the key or
 //     constant bounding it and what a client gets at the bound;
 //     TestInvariant13_AccumulatorTableNamesRealKeys (bounds_test.go) holds
@@ -389,5 +398,6 @@
 //  18. nothing is told before it is stored: outbox.pubrecd,
 //     hook.OnPacketRead, inbound.outcome, Broker.correctConnack,
 //     Broker.storeSessionOrRetry, Broker.pubrel, Broker.claimSession,
-//     Broker.storeClaimedSession, Broker.disconnecting, Broker.subscribe, Broker.willLoop.
+//     Broker.storeClaimedSession, Broker.disconnecting, Broker.subscribe, Broker.willLoop,
+//     bridgeLocal.Store (the peer is acknowledged only once stored).
 package broker

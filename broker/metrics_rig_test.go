@@ -27,7 +27,8 @@ import (
 // type, label names — typed in from the specification, not from the
 // implementation's table, so that a family missing, renamed, mistyped or
 // labelled differently there fails the comparison. The saguin_bridge_*
-// families (§2.7) are absent from this build: the bridge does not exist.
+// families are checked by TestBridgeMetrics (bridges_test.go), whose
+// broker has a bridge; this one has none, so its scrape shows none.
 const specCatalogue = `
 saguin_build_info gauge version,broker_id
 saguin_uptime_seconds gauge

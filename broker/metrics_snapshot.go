@@ -39,6 +39,7 @@ func (m metricsSource) MetricsSnapshot(s *metrics.Snapshot) {
 	b.wireFigures(&s.Wire, g, fan)
 	b.deliveryFigures(&s.Delivery, g, fan, events)
 	b.refusalFigures(&s.Refusals, g, events)
+	s.Bridges = b.bridgeFigures()
 	if b.closing.Load() {
 		// The stores are closing: their figures are not read (the
 		// operations listener stops before the broker closes).

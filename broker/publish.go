@@ -144,7 +144,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 	if !ok {
 		// Broadcast: forwarded as published, less any saguin-* property.
 		pk.Properties.User = stripReserved(pk.Properties.User, false)
-		if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener && b.bcastHolds != nil {
+		if pk.FixedHeader.Qos == 2 && !inProcessPublisher(cl) && b.bcastHolds != nil {
 			// Held until PUBREL, then written to the broadcast log and
 			// delivered (rfcs/qos2-holds.md "Broadcast QoS 2", qos2_broadcast.go).
 			return decided(b.holdBroadcast(cl, pk))
@@ -158,7 +158,7 @@ func (b *Broker) admitPublish(cl *mqtt.Client, pk packets.Packet) (*channelWrite
 		return decided(pk, nil)
 	}
 	ch := b.channels[name]
-	if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener {
+	if pk.FixedHeader.Qos == 2 && !inProcessPublisher(cl) {
 		// Held until PUBREL, written then (rfcs/qos2-holds.md, qos2.go). A Will
 		// is written at once: nobody will send its PUBREL.
 		return decided(b.holdPublish(cl, pk, ch))

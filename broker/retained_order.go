@@ -36,7 +36,7 @@ func (b *Broker) retainedBroadcast(cl *mqtt.Client, pk packets.Packet) bool {
 	if !pk.FixedHeader.Retain || cl.Net.Inline {
 		return false
 	}
-	if pk.FixedHeader.Qos == 2 && cl.Net.Listener != willListener && b.bcastHolds != nil {
+	if pk.FixedHeader.Qos == 2 && !inProcessPublisher(cl) && b.bcastHolds != nil {
 		// Held until its PUBREL, which retains and delivers it under the
 		// order (releaseBroadcast); nothing is stored or fanned out now.
 		return false

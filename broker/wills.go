@@ -261,39 +261,46 @@ func (b *Broker) publishWill(id string, w *will, cause metrics.WillCause) {
 			"topic", w.topic, "reason", codeNotAuthorized.Reason)
 		return
 	}
+	// invariants 10, 13: a Will takes the clients' publish path: its saguin-* properties stripped, its topic and header bounds applied.
+	if err := b.publishFrom(as, willListener, pk); err != nil {
+		b.log.Error("Will not published", "client", id, "topic", w.topic, "error", err)
+		return
+	}
+	b.events.willPublished(cause)
+	b.log.Info("Will published", "client", id, "topic", w.topic)
+}
+
+// publishFrom publishes pk from as, an in-process stand-in connection on
+// listener (a Will's, a bridge's): through the clients' publish path, and
+// for a broadcast topic injected from a second stand-in carrying the same
+// client id, so No Local still applies. nil: stored in its channel, or
+// handed to the fan-out; else the refusal (a packets.Code) or the failure.
+func (b *Broker) publishFrom(as *mqtt.Client, listener string, pk packets.Packet) error {
 	if b.retainedBroadcast(as, pk) {
 		// Stored here and fanned out by the injection below: one step
 		// among new subscriptions (retained_order.go).
 		b.retainedOrder.RLock()
 		defer b.retainedOrder.RUnlock()
 	}
-	// invariants 10, 13: a Will takes the clients' publish path: its saguin-* properties stripped, its topic and header bounds applied.
 	out, err := b.publish(as, pk)
 	switch {
 	case err == nil:
-		// Broadcast: injected from an in-process client carrying the
-		// arming client's id, so No Local still applies. The substrate
-		// hands it to the OnPublish hook, which gives it to Sagüin's own
-		// fan-out (receivePublish, fanout.go) and marks it ignored.
-		inj := b.mqtt.NewClient(nil, willListener, id, true)
+		// Broadcast: the substrate hands the injected packet to the
+		// OnPublish hook, which gives it to Sagüin's own fan-out
+		// (receivePublish, fanout.go) and marks it ignored.
+		inj := b.mqtt.NewClient(nil, listener, as.ID, true)
 		inj.Properties.ProtocolVersion = 5
 		if out.FixedHeader.Qos > 0 {
 			// The substrate validates a QoS>0 publish's packet id even from
 			// an in-process client, which is never acknowledged.
 			out.PacketID = 1
 		}
-		if err := b.mqtt.InjectPacket(inj, out); err != nil {
-			b.log.Error("Will not published", "client", id, "topic", w.topic, "error", err)
-			return
-		}
+		return b.mqtt.InjectPacket(inj, out)
 	case errors.Is(err, packets.CodeSuccessIgnore):
 		// Stored in its channel, which delivers it.
-	default:
-		b.log.Error("Will not published", "client", id, "topic", w.topic, "error", err)
-		return
+		return nil
 	}
-	b.events.willPublished(cause)
-	b.log.Info("Will published", "client", id, "topic", w.topic)
+	return err
 }
 
 // willLoop publishes Wills whose wait is over, and stores the sessions

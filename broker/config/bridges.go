@@ -78,6 +78,7 @@ func (l *loader) bridges(v val, p *parsed) []Bridge {
 			continue
 		}
 		if b, good := l.bridge(name, m.keyLine[name], bv, p); good {
+			l.refuseOutHalf(b)
 			out = append(out, b)
 		}
 	}
@@ -378,6 +379,44 @@ func (l *loader) bridgeRule(v val, index int, p *parsed) ([]BridgeRule, bool) {
 		out = append(out, BridgeRule{Rule: r, Written: written, Index: index, Line: v.line()})
 	}
 	return out, true
+}
+
+// OutHalfMissing is the finding on an out or both rule: checked like any
+// rule, then refused, since this build runs the link's in half only.
+const OutHalfMissing = "this build carries in rules only: out and both rules need the link's out half (a durable reader of our channels), which it does not have yet; remove the rule or make it in"
+
+// refuseOutHalf refuses each out and both rule of b, once per rule as
+// written (its brace spellings share it).
+func (l *loader) refuseOutHalf(b Bridge) {
+	last := -1
+	for _, r := range b.Rules {
+		if r.Direction == bridge.In || r.Index == last {
+			continue
+		}
+		last = r.Index
+		l.addKey(b.File, r.Line, fmt.Sprintf("bridges.%s.topics[%d].direction", b.Name, r.Index), "%s", OutHalfMissing)
+	}
+}
+
+// warnBridgesToBroadcast warns of an in rule that can land records on a
+// topic no channel claims: such a record is acknowledged to the peer once
+// handed to the fan-out, and only subscribers connected then receive it —
+// nothing here keeps it (docs/bridge.md "What crosses, inbound").
+func (l *loader) warnBridgesToBroadcast(cfg *Config) {
+	if cfg.resolver == nil {
+		return
+	}
+	for _, b := range cfg.Bridges {
+		for _, r := range b.Rules {
+			if r.Direction == bridge.Out {
+				continue
+			}
+			if _, broadcast := cfg.resolver.Reach(r.Reach()); broadcast {
+				l.warn(b.File, r.Line, fmt.Sprintf("bridges.%s.topics[%d]", b.Name, r.Index),
+					"records of %s land on topics no channel claims (%s): each is acknowledged to the peer once handed to the broadcast fan-out, and only subscribers connected then get it; give it a channel to keep it", r.Filter, r.Reach())
+			}
+		}
+	}
 }
 
 // checkDuplicateOutRules refuses two out rules (both rules included, which

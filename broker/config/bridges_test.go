@@ -11,10 +11,6 @@ import (
 	"saguin.dev/bridge"
 )
 
-// notRunYet is the one finding every bridges block gets from this build,
-// after the block is checked whole.
-const notRunYet = "this build checks bridges but does not run them yet"
-
 // loadBridges loads baseYAML with block (YAML text, "{{dir}}" standing for
 // dir) appended, and returns what the loader read and every finding and
 // warning, whether or not the load would fail.
@@ -30,24 +26,15 @@ func loadBridges(t *testing.T, dir, block string) (*Config, []Finding, []Finding
 	return cfg, l.findings, l.warnings
 }
 
-// withoutNotRunYet checks the block's own refusal is there, once, on the
-// bridges key, and returns the other findings.
-func withoutNotRunYet(t *testing.T, list []Finding) []Finding {
-	t.Helper()
+// withoutOutHalf drops the refusal every out and both rule gets from this
+// build (checked on its own in TestBridgesOutRulesRefusedAfterTheirChecks)
+// and returns the other findings.
+func withoutOutHalf(list []Finding) []Finding {
 	var rest []Finding
-	seen := 0
 	for _, f := range list {
-		if strings.Contains(f.Problem, notRunYet) {
-			seen++
-			if f.Key != "bridges" {
-				t.Errorf("the refusal of the block is on %q, want bridges", f.Key)
-			}
-			continue
+		if f.Problem != OutHalfMissing {
+			rest = append(rest, f)
 		}
-		rest = append(rest, f)
-	}
-	if seen != 1 {
-		t.Errorf("the block's refusal appears %d times, want once", seen)
 	}
 	return rest
 }
@@ -78,7 +65,7 @@ bridges:
       - {filter: "orders/#", direction: out, topic: "edge/orders/$#"}
 `
 	cfg, list, warnings := loadBridges(t, dir, block)
-	if rest := withoutNotRunYet(t, list); len(rest) != 0 {
+	if rest := withoutOutHalf(list); len(rest) != 0 {
 		t.Fatalf("a valid block has findings: %v", rest)
 	}
 	if len(warnings) != 0 {
@@ -182,7 +169,7 @@ func TestBridgesRefusals(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, list, _ := loadBridges(t, dir, c.block)
-			expectOne(t, withoutNotRunYet(t, list), c.key, c.want)
+			expectOne(t, withoutOutHalf(list), c.key, c.want)
 		})
 	}
 }
@@ -202,7 +189,7 @@ bridges:
     topics: [{filter: "x/#", direction: out, topic: "a/$#"}]
 `
 	cfg, list, _ := loadBridges(t, dir, block)
-	if rest := withoutNotRunYet(t, list); len(rest) != 0 {
+	if rest := withoutOutHalf(list); len(rest) != 0 {
 		t.Fatalf("findings: %v", rest)
 	}
 	if len(cfg.Bridges) != 2 {
@@ -223,7 +210,7 @@ bridges:
       - {filter: "site/+/+/temp", direction: out, topic: "temps/$2"}
 `
 	cfg, list, warnings := loadBridges(t, dir, block)
-	if rest := withoutNotRunYet(t, list); len(rest) != 0 {
+	if rest := withoutOutHalf(list); len(rest) != 0 {
 		t.Fatalf("findings: %v", rest)
 	}
 	if len(warnings) != 1 || warnings[0].Key != "bridges.up.topics[0].topic" || !strings.Contains(warnings[0].Problem, "$1") {
@@ -234,12 +221,69 @@ bridges:
 	}
 }
 
-// Load refuses the block: this build does not run a link yet.
-func TestBridgesBlockRefusedAtStart(t *testing.T) {
+// A block of in rules loads: this build runs the in half of a link.
+func TestBridgesInRulesLoad(t *testing.T) {
 	dir := t.TempDir()
-	path := build(t, dir, p("bridges", m("up", m("peer", "tls://hub:8883", "client_id", "e",
-		"topics", []any{m("filter", "a/#", "direction", "out", "topic", "b/$#")}))))
-	expectOne(t, findings(t, path), "bridges", notRunYet)
+	path := build(t, dir, p("bridges", m("up", m("peer", "tcp://hub:1883", "client_id", "e",
+		"topics", []any{m("filter", "cmd/+", "direction", "in", "topic", "orders/$1")}))))
+	cfg := mustLoad(t, path)
+	if len(cfg.Bridges) != 1 || cfg.Bridges[0].Rules[0].Filter != "cmd/+" {
+		t.Fatalf("bridges %+v", cfg.Bridges)
+	}
+}
+
+// An out or both rule is checked like any rule — its mistakes are
+// findings of their own — and then refused once, on its direction, as
+// written (a braced filter's spellings share the one finding).
+func TestBridgesOutRulesRefusedAfterTheirChecks(t *testing.T) {
+	dir := t.TempDir()
+	block := `
+bridges:
+  up:
+    peer: tls://hub:8883
+    client_id: edge-1
+    topics:
+      - {filter: "a/{b,c}/#", direction: out, topic: "x/$#"}
+      - {filter: "s/#", direction: both}
+      - {filter: "in/+", direction: in, topic: "got/$1"}
+`
+	_, list, _ := loadBridges(t, dir, block)
+	var keys []string
+	for _, f := range list {
+		if f.Problem != OutHalfMissing {
+			t.Errorf("finding %s", f)
+			continue
+		}
+		keys = append(keys, f.Key)
+	}
+	if strings.Join(keys, " ") != "bridges.up.topics[0].direction bridges.up.topics[1].direction" {
+		t.Fatalf("out-half refusals on %q; want one on each of rules 0 and 1", keys)
+	}
+	// A mistake in an out rule is still its own finding.
+	_, list, _ = loadBridges(t, dir, "\nbridges:\n  up:\n    peer: tls://hub:8883\n    client_id: e\n    topics:\n      - {filter: a/#, direction: out, topic: x}\n")
+	expectOne(t, withoutOutHalf(list), "bridges.up.topics[0].topic", "must end in $#")
+}
+
+// An in rule landing on topics no channel claims is a warning: records are
+// acknowledged once handed to the fan-out, and nothing keeps them.
+func TestBridgesInRuleToBroadcastWarns(t *testing.T) {
+	dir := t.TempDir()
+	block := `
+bridges:
+  up:
+    peer: tcp://hub:1883
+    client_id: e
+    topics:
+      - {filter: "x/+", direction: in, topic: "orders/$1"}
+      - {filter: "y/+", direction: in, topic: "live/$1"}
+`
+	_, list, warnings := loadBridges(t, dir, block)
+	if len(list) != 0 {
+		t.Fatalf("findings %v", list)
+	}
+	if len(warnings) != 1 || warnings[0].Key != "bridges.up.topics[1]" || !strings.Contains(warnings[0].Problem, "live/+") {
+		t.Fatalf("warnings %v; want one on rule 1 (live/+ is broadcast; orders/+ is the orders channel)", warnings)
+	}
 }
 
 // The example of docs/bridge.md "Configuration" is a block this build
@@ -267,7 +311,7 @@ func TestBridgesDocumentedExampleChecksClean(t *testing.T) {
 		block = strings.ReplaceAll(block, from, to)
 	}
 	cfg, list, warnings := loadBridges(t, dir, "\n"+block)
-	if rest := withoutNotRunYet(t, list); len(rest) != 0 || len(warnings) != 0 {
+	if rest := withoutOutHalf(list); len(rest) != 0 || len(warnings) != 0 {
 		t.Fatalf("the documented example has findings %v, warnings %v", rest, warnings)
 	}
 	if len(cfg.Bridges) != 1 || len(cfg.Bridges[0].Rules) != 4 {

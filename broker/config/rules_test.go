@@ -47,7 +47,7 @@ func TestRulesBroker(t *testing.T) {
 		{"pid file relative", []patch{p("broker.pid_file", "run/saguin.pid")}, "broker.pid_file", "the path is relative"},
 		{"log_file", []patch{p("broker.log_file", "/var/log/saguin.log")}, "broker.log_file", "stdout only"},
 		{"limits at top level", []patch{p("limits", m("max_message_size", "1MiB"))}, "limits", "limits live under broker.limits; move this block under broker:"},
-		{"bridges", []patch{p("bridges", m("up", m("peer", "tls://x:8883", "client_id", "e", "topics", []any{m("filter", "a/#", "direction", "out", "topic", "b/$#")})))}, "bridges", "does not run them yet"},
+		{"bridges out rule", []patch{p("bridges", m("up", m("peer", "tls://x:8883", "client_id", "e", "topics", []any{m("filter", "a/#", "direction", "out", "topic", "b/$#")})))}, "bridges.up.topics[0].direction", "in rules only"},
 		{"unknown top-level key", []patch{p("chanels", m())}, "chanels", "unknown key; did you mean channels?"},
 		{"unknown broker key", []patch{p("broker.log_levle", "info")}, "broker.log_levle", "did you mean log_level?"},
 		{"broker not a block", []patch{p("broker", "edge")}, "broker", "this is a block of keys"},

@@ -12,8 +12,30 @@ type Snapshot struct {
 	Refusals  RefusalFigures
 	Channels  []ChannelFigures
 	Providers []ProviderFigures
+	Bridges   []BridgeFigures
 	Runtime   RuntimeFigures
 }
+
+// BridgeFigures are one bridge's figures (docs/operations.md "Metrics",
+// "Bridges").
+type BridgeFigures struct {
+	Name, Peer string
+	Connected  bool
+	// Stopped: the link halted itself (it never does in this build: a
+	// record over our limit is not sent to us, see docs/bridge.md).
+	Stopped                      bool
+	Received, Sent, LoopsSkipped uint64
+	Reconnects                   uint64
+	Unstored                     map[string]uint64 // by BridgeUnstoredCauses
+	Unsent                       map[string]uint64 // by BridgeUnsentCauses
+	OldestUnacknowledgedSeconds  float64
+}
+
+// BridgeUnstoredCauses are the closed causes of saguin_bridge_unstored_total.
+var BridgeUnstoredCauses = []string{"no_rule", "unmappable", "never_accepted", "queue_full"}
+
+// BridgeUnsentCauses are the closed causes of saguin_bridge_unsent_total.
+var BridgeUnsentCauses = []string{"peer_refused", "broadcast_refused", "unmappable", "live_queue_full", "superseded"}
 
 // BrokerFigures are the broker's own figures (docs/operations.md "Metrics", "The broker").
 type BrokerFigures struct {
