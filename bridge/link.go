@@ -209,6 +209,7 @@ func (l *Link) Run(ctx context.Context) error {
 		ClientConfig: paho.ClientConfig{
 			ClientID:                   l.cfg.ClientID,
 			EnableManualAcknowledgment: true,
+			PingHandler:                newKeepAlivePinger(),
 			SendAcksInterval:           l.cfg.AckInterval,
 			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){l.onPublish},
 		},

@@ -18,9 +18,16 @@ func runLink(t *testing.T, peer *peerBroker, local Local, id string, rm uint16, 
 // runLinkTo is runLink to any address (a proxy before the peer).
 func runLinkTo(t *testing.T, peer *url.URL, local Local, id string, rm uint16, ackInterval time.Duration, rules ...*Rule) *Link {
 	t.Helper()
+	return runLinkWith(t, Config{Peer: peer, ClientID: id, ReceiveMaximum: rm, AckInterval: ackInterval, Rules: rules}, local)
+}
+
+// runLinkWith starts a link of cfg (name, session expiry and a quick
+// backoff filled in), stopped at the test's end.
+func runLinkWith(t *testing.T, cfg Config, local Local) *Link {
+	t.Helper()
 	l, err := New(Config{
-		Name: "up", Peer: peer, ClientID: id, SessionExpiry: time.Hour,
-		ReceiveMaximum: rm, AckInterval: ackInterval, Rules: rules,
+		Name: "up", Peer: cfg.Peer, ClientID: cfg.ClientID, SessionExpiry: time.Hour, KeepAlive: cfg.KeepAlive,
+		ReceiveMaximum: cfg.ReceiveMaximum, AckInterval: cfg.AckInterval, Rules: cfg.Rules,
 		Backoff: func(n int) time.Duration { return time.Duration(min(n, 5)) * 20 * time.Millisecond },
 	}, local)
 	if err != nil {
@@ -247,4 +254,36 @@ func TestInboundOldestUnacknowledgedAge(t *testing.T) {
 	local.hold(false)
 	waitFor(t, "the record stored", func() bool { return len(local.topics()) == 1 })
 	waitFor(t, "the age back to 0", func() bool { return l.Stats().OldestUnacknowledged == 0 })
+}
+
+// A link whose far end vanished without closing (every byte dropped, no
+// FIN) is found dead by the keep-alive within 1.5× its period: the link is
+// reported down and, once the path works again, comes back by itself with
+// its session, and what was published meanwhile arrives.
+func TestLinkBlackholedIsDetectedWithinOneAndAHalfKeepAlives(t *testing.T) {
+	peer := startPeer(t, "")
+	proxy := startProxy(t, peer.addr())
+	local := newMemLocal()
+	const keepAlive = 4 * time.Second
+	l := runLinkWith(t, Config{Peer: proxy.url(), ClientID: "edge-bh", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
+		KeepAlive: keepAlive, Rules: []*Rule{rule(t, "b/#", In, "local/$#")}}, local)
+	subscribed(t, peer, "edge-bh", 1)
+	waitFor(t, "the link up", func() bool { return l.Stats().Connected })
+	proxy.blackhole.Store(true)
+	start := time.Now()
+	waitFor(t, "the link found down", func() bool { return !l.Stats().Connected })
+	took := time.Since(start)
+	t.Logf("found down after %v (keep-alive %v)", took, keepAlive)
+	if took > keepAlive*3/2 {
+		t.Fatalf("a blackholed link was found down after %v; keep-alive %v allows 1.5x, %v", took, keepAlive, keepAlive*3/2)
+	}
+	pub := newPublisher(t, peer, "hub-pub")
+	pub.publish("b/x", "while-dark", 1)
+	proxy.blackhole.Store(false)
+	proxy.setCut(true) // the dead connections go; new ones pass
+	proxy.setCut(false)
+	waitFor(t, "the record published while the link was dark", func() bool { return len(local.topics()) >= 1 })
+	if got := local.topics()[0]; got != "local/x while-dark" {
+		t.Fatalf("stored %q", got)
+	}
 }

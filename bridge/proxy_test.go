@@ -1,10 +1,10 @@
 package bridge
 
 import (
-	"io"
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -15,8 +15,11 @@ type linkProxy struct {
 	target string
 	mu     sync.Mutex
 	cut    bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	// blackhole: connections stay open and everything sent on them is
+	// dropped, as on a link whose far end vanished without a FIN.
+	blackhole atomic.Bool
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
 }
 
 func startProxy(t *testing.T, target string) *linkProxy {
@@ -67,7 +70,18 @@ func (p *linkProxy) accept() {
 
 func (p *linkProxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.blackhole.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
