@@ -297,6 +297,7 @@ func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 			l.rebuild()
 			return
 		}
+		l.log.Debug("bridge: in rules subscribed", "rules", len(sub.Subscriptions))
 		for i, code := range sa.Reasons {
 			if i >= len(sub.Subscriptions) {
 				break

@@ -309,3 +309,94 @@ func TestBridgeMetrics(t *testing.T) {
 		return ok && v == 0
 	})
 }
+
+// bridgeKillConfig is a broker whose bridge brings hub/events/# into the
+// events channel, whose max_bytes is MAXB.
+const bridgeKillConfig = `
+broker:
+  id: edge
+  log_level: debug
+  storage:
+    default: main
+    default_retention_period: 7d
+    default_retention_bytes: none
+    providers:
+      main:
+        type: sqlite
+        file_path: {{.Dir}}/data.db
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+channels:
+  events:
+    type: append
+    max_bytes: MAXB
+bridges:
+  hub:
+    peer: tcp://PEER
+    client_id: edge-kill
+    topics:
+      - {filter: "hub/events/#", direction: in, topic: "events/$#"}
+`
+
+// Our broker is SIGKILLed while records it received over the bridge wait
+// to be stored (its channel full): they were never acknowledged, so the
+// peer — which kept our session — sends them again when the restarted
+// broker (its channel given room) links up, and each is stored exactly
+// once, in the order published; those stored before the kill are not
+// stored again.
+func TestBridgeKilledWithRecordsHeldStoresEachOnceAfterTheRedelivery(t *testing.T) {
+	m := startPeerMosquitto(t)
+	dir := t.TempDir()
+	write := func(maxBytes string) string {
+		conf := strings.NewReplacer("PEER", m.Addr(), "MAXB", maxBytes).Replace(bridgeKillConfig)
+		return brokertest.Config(t, dir, conf)
+	}
+	p := brokertest.StartProcess(t, write("4KiB"))
+	if !p.WaitOutput("bridge: in rules subscribed", 20*time.Second) {
+		t.Fatalf("the bridge never subscribed:\n%s", p.Output())
+	}
+	reader := brokertest.Connect(t, p.Address(), "reader", brokertest.ClientOptions{CleanStart: true})
+	reader.Subscribe("events/#", 1)
+	peer := peerClient(t, m, "hub-publisher")
+	const n = 10
+	pad := strings.Repeat("x", 1000)
+	var want []string
+	for i := range n {
+		want = append(want, "rec-"+strconv.Itoa(i))
+		publishAtPeer(t, peer, "hub/events/e", want[i]+" "+pad, 1)
+	}
+	// The channel holds a few of the 1 KB records; the rest wait at the
+	// bridge, received and unacknowledged, tried again and again.
+	stored := 0
+	for p := within(reader, 10*time.Second); p != nil; p = within(reader, 500*time.Millisecond) {
+		if got, _, _ := strings.Cut(string(p.Payload), " "); got != want[stored] {
+			t.Fatalf("record %d before the kill is %q", stored, got)
+		}
+		stored++
+	}
+	if stored == 0 || stored >= n {
+		t.Fatalf("%d of %d records stored before the kill: the channel was meant to fill part way", stored, n)
+	}
+	p.Kill()
+
+	write("1MiB")
+	p.Restart()
+	var got []string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got = got[:0]
+		for _, pk := range replayEvents(t, p.Address(), "replayer", 300*time.Millisecond) {
+			rec, _, _ := strings.Cut(string(pk.Payload), " ")
+			got = append(got, rec)
+		}
+		if len(got) >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("%d stored before the kill; the events channel now holds %q; want each record once, in order: %q", stored, got, want)
+	}
+}
