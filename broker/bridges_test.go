@@ -400,3 +400,53 @@ func TestBridgeKilledWithRecordsHeldStoresEachOnceAfterTheRedelivery(t *testing.
 		t.Fatalf("%d stored before the kill; the events channel now holds %q; want each record once, in order: %q", stored, got, want)
 	}
 }
+
+// Our broker stops gracefully (SIGTERM) while the peer goes on publishing:
+// the link leaves without UNSUBSCRIBE and without ending its session, so
+// the restarted broker finds it (Session Present 1) and stores the whole
+// backlog the peer kept, once each, in order.
+func TestBridgeTermKeepsTheSessionAndTheBacklogArrives(t *testing.T) {
+	m := startPeerMosquitto(t)
+	dir := t.TempDir()
+	conf := strings.NewReplacer("PEER", m.Addr(), "MAXB", "1MiB").Replace(bridgeKillConfig)
+	p := brokertest.StartProcess(t, brokertest.Config(t, dir, conf))
+	if !p.WaitOutput("bridge: in rules subscribed", 20*time.Second) {
+		t.Fatalf("the bridge never subscribed:\n%s", p.Output())
+	}
+	peer := peerClient(t, m, "hub-publisher")
+	publishAtPeer(t, peer, "hub/events/e", "before", 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(replayEvents(t, p.Address(), "replayer-1", 200*time.Millisecond)) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first record never arrived")
+		}
+	}
+	p.Term()
+	want := []string{"before"}
+	for i := range 20 {
+		want = append(want, "while-down-"+strconv.Itoa(i))
+		publishAtPeer(t, peer, "hub/events/e", want[i+1], 1)
+	}
+	p.Restart()
+	if !p.WaitOutput("session_present=true", 20*time.Second) {
+		t.Fatalf("the restarted link did not find its session at the peer:\n%s", p.Output())
+	}
+	var got []string
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		got = got[:0]
+		for _, pk := range replayEvents(t, p.Address(), "replayer-2", 300*time.Millisecond) {
+			got = append(got, string(pk.Payload))
+		}
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("the events channel holds %q; want %q", got, want)
+	}
+	if strings.Contains(p.Output(), "the peer no longer has our session") {
+		t.Fatal("a graceful stop lost the session at the peer")
+	}
+}
