@@ -3,10 +3,14 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"saguin.dev/bridge/bridgetest"
 )
 
 // runLink starts a link to peer with rules, stopped at the test's end.
@@ -27,7 +31,7 @@ func runLinkWith(t *testing.T, cfg Config, local Local) *Link {
 	t.Helper()
 	l, err := New(Config{
 		Name: "up", Peer: cfg.Peer, ClientID: cfg.ClientID, SessionExpiry: time.Hour, KeepAlive: cfg.KeepAlive,
-		ReceiveMaximum: cfg.ReceiveMaximum, AckInterval: cfg.AckInterval, Rules: cfg.Rules,
+		ReceiveMaximum: cfg.ReceiveMaximum, AckInterval: cfg.AckInterval, Rules: cfg.Rules, Log: cfg.Log,
 		Backoff: func(n int) time.Duration { return time.Duration(min(n, 5)) * 20 * time.Millisecond },
 	}, local)
 	if err != nil {
@@ -188,14 +192,14 @@ func TestInboundRedeliveryAfterALostAckIsStoredOnce(t *testing.T) {
 // the kept session is not subscribed again.
 func TestInboundOutageIsQueuedAtThePeer(t *testing.T) {
 	peer := startPeer(t, "")
-	proxy := startProxy(t, peer.addr())
+	proxy := bridgetest.Start(t, peer.addr())
 	local := newMemLocal()
-	l := runLinkTo(t, proxy.url(), local, "edge-outage", 20, 5*time.Millisecond, rule(t, "o/#", In, "local/$#"))
+	l := runLinkTo(t, proxy.URL(), local, "edge-outage", 20, 5*time.Millisecond, rule(t, "o/#", In, "local/$#"))
 	subscribed(t, peer, "edge-outage", 1)
 	pub := newPublisher(t, peer, "hub-pub")
 	pub.publish("o/x", "before", 1)
 	waitFor(t, "the first record", func() bool { return len(local.topics()) >= 1 })
-	proxy.setCut(true)
+	proxy.Cut(true)
 	waitFor(t, "the link down", func() bool { return !l.Stats().Connected })
 	for i := range 20 {
 		pub.publish("o/x", strconvI(i), 1)
@@ -203,7 +207,7 @@ func TestInboundOutageIsQueuedAtThePeer(t *testing.T) {
 	if n := len(local.topics()); n != 1 {
 		t.Fatalf("%d records stored with the link cut", n)
 	}
-	proxy.setCut(false)
+	proxy.Cut(false)
 	waitFor(t, "21 records", func() bool { return len(local.topics()) >= 21 })
 	got := local.topics()
 	for i := range 20 {
@@ -262,14 +266,14 @@ func TestInboundOldestUnacknowledgedAge(t *testing.T) {
 // its session, and what was published meanwhile arrives.
 func TestLinkBlackholedIsDetectedWithinOneAndAHalfKeepAlives(t *testing.T) {
 	peer := startPeer(t, "")
-	proxy := startProxy(t, peer.addr())
+	proxy := bridgetest.Start(t, peer.addr())
 	local := newMemLocal()
 	const keepAlive = 4 * time.Second
-	l := runLinkWith(t, Config{Peer: proxy.url(), ClientID: "edge-bh", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
+	l := runLinkWith(t, Config{Peer: proxy.URL(), ClientID: "edge-bh", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
 		KeepAlive: keepAlive, Rules: []*Rule{rule(t, "b/#", In, "local/$#")}}, local)
 	subscribed(t, peer, "edge-bh", 1)
 	waitFor(t, "the link up", func() bool { return l.Stats().Connected })
-	proxy.blackhole.Store(true)
+	proxy.Blackhole.Store(true)
 	start := time.Now()
 	waitFor(t, "the link found down", func() bool { return !l.Stats().Connected })
 	took := time.Since(start)
@@ -279,11 +283,52 @@ func TestLinkBlackholedIsDetectedWithinOneAndAHalfKeepAlives(t *testing.T) {
 	}
 	pub := newPublisher(t, peer, "hub-pub")
 	pub.publish("b/x", "while-dark", 1)
-	proxy.blackhole.Store(false)
-	proxy.setCut(true) // the dead connections go; new ones pass
-	proxy.setCut(false)
+	proxy.Blackhole.Store(false)
+	proxy.Cut(true) // the dead connections go; new ones pass
+	proxy.Cut(false)
 	waitFor(t, "the record published while the link was dark", func() bool { return len(local.topics()) >= 1 })
 	if got := local.topics()[0]; got != "local/x while-dark" {
 		t.Fatalf("stored %q", got)
 	}
+}
+
+// logBuffer is a link's log, written by its goroutines and read by a test.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A peer that grants a lower QoS than asked (mosquitto's max_qos 1) is
+// surfaced: one warning naming the rule's filter and what it now
+// guarantees; its records still cross.
+func TestLinkSurfacesAGrantedQoSDowngrade(t *testing.T) {
+	peer := startPeer(t, "max_qos 1")
+	var logs logBuffer
+	local := newMemLocal()
+	runLinkWith(t, Config{Peer: peer.url(), ClientID: "edge-qos", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
+		Rules: []*Rule{rule(t, "q/#", In, "local/$#")}, Log: slog.New(slog.NewTextHandler(&logs, nil))}, local)
+	subscribed(t, peer, "edge-qos", 1)
+	waitFor(t, "the downgrade warned", func() bool { return strings.Contains(logs.String(), "granted a lower QoS") })
+	line := logs.String()
+	if !strings.Contains(line, "filter=q/#") || !strings.Contains(line, "granted_qos=1") || !strings.Contains(line, "at least once") {
+		t.Fatalf("the warning does not name the rule and its guarantee:\n%s", line)
+	}
+	if n := strings.Count(line, "granted a lower QoS"); n != 1 {
+		t.Fatalf("warned %d times", n)
+	}
+	pub := newPublisher(t, peer, "hub-pub")
+	pub.publish("q/x", "still crosses", 1)
+	waitFor(t, "the record", func() bool { return len(local.topics()) == 1 })
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	dto "github.com/prometheus/client_model/go"
 
+	"saguin.dev/bridge/bridgetest"
 	"saguin.dev/broker/brokertest"
 	"saguin.dev/broker/internal/loadgen"
 )
@@ -448,5 +449,98 @@ func TestBridgeTermKeepsTheSessionAndTheBacklogArrives(t *testing.T) {
 	}
 	if strings.Contains(p.Output(), "the peer no longer has our session") {
 		t.Fatal("a graceful stop lost the session at the peer")
+	}
+}
+
+// retainedHere subscribes afresh to filter and returns the retained values
+// it is sent, by topic.
+func retainedHere(t *testing.T, addr, id, filter string) map[string]string {
+	t.Helper()
+	c := brokertest.Connect(t, addr, id, brokertest.ClientOptions{CleanStart: true})
+	defer c.Close()
+	c.Subscribe(filter, 1)
+	got := map[string]string{}
+	for p := within(c, 500*time.Millisecond); p != nil; p = within(c, 300*time.Millisecond) {
+		if p.Retain {
+			got[p.Topic] = string(p.Payload)
+		}
+	}
+	return got
+}
+
+// Retained values cross one hop as retained: a value the peer held before
+// the link subscribed, values set and cleared while the link was down
+// (the peer queues them for our session), so our set equals the peer's
+// after the link returns; and ten reconnections of a kept session send no
+// retained value again (Retain Handling 1), so they add nothing here.
+func TestBridgeRetainedValuesCrossAndReconnectionsAddNothing(t *testing.T) {
+	m := startPeerMosquitto(t)
+	peer := peerClient(t, m, "hub-publisher")
+	retain := func(topic, payload string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := peer.Publish(ctx, &paho.Publish{Topic: topic, Payload: []byte(payload), QoS: 1, Retain: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retain("hub/live/pump", "on")
+	retain("hub/live/valve", "open")
+	proxy := bridgetest.Start(t, m.Addr())
+	b := startBridgedBroker(t, proxy.Addr())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := retainedHere(t, b.Address(), "r1", "live/#")
+		if got["live/pump"] == "on" && got["live/valve"] == "open" && len(got) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retained here %v; want the peer's pump=on and valve=open", got)
+		}
+	}
+	proxy.Cut(true)
+	waitLog(t, b, "bridge: link down")
+	retain("hub/live/valve", "") // cleared at the peer while we are away
+	retain("hub/live/fan", "low")
+	proxy.Cut(false)
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		got := retainedHere(t, b.Address(), "r2", "live/#")
+		if got["live/pump"] == "on" && got["live/fan"] == "low" && len(got) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retained here %v after the link returned; want the peer's set: pump=on, fan=low", got)
+		}
+	}
+
+	// An append channel here gets each record once, however often the
+	// link comes back.
+	sub := brokertest.Connect(t, b.Address(), "reader", brokertest.ClientOptions{CleanStart: true})
+	sub.Subscribe("orders/#", 1)
+	retain("hub/orders/standing", "retained order")
+	if p := within(sub, 10*time.Second); p == nil || string(p.Payload) != "retained order" {
+		t.Fatalf("the retained order: %v", p)
+	}
+	for i := range 10 {
+		proxy.Cut(true)
+		waitLogCount(t, b, "bridge: link down", 2+i)
+		proxy.Cut(false)
+		waitLogCount(t, b, "bridge: link back", 2+i)
+	}
+	if p := within(sub, time.Second); p != nil {
+		t.Fatalf("after ten reconnections the channel got %q again", p.Payload)
+	}
+}
+
+// waitLogCount waits until the broker has logged s at least n times.
+func waitLogCount(t *testing.T, b *brokertest.Broker, s string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for strings.Count(b.Log.String(), s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker logged %q %d times, want %d", s, strings.Count(b.Log.String(), s), n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
