@@ -14,9 +14,9 @@ import (
 )
 
 // runLink starts a link to peer with rules, stopped at the test's end.
-func runLink(t *testing.T, peer *peerBroker, local Local, id string, rm uint16, ackInterval time.Duration, rules ...*Rule) *Link {
+func runLink(t *testing.T, peer *bridgetest.Mosquitto, local Local, id string, rm uint16, ackInterval time.Duration, rules ...*Rule) *Link {
 	t.Helper()
-	return runLinkTo(t, peer.url(), local, id, rm, ackInterval, rules...)
+	return runLinkTo(t, peer.URL(), local, id, rm, ackInterval, rules...)
 }
 
 // runLinkTo is runLink to any address (a proxy before the peer).
@@ -65,15 +65,15 @@ func rule(t *testing.T, filter string, dir Direction, tmpl string) *Rule {
 
 // subscribed waits until the peer has answered the link's SUBSCRIBE n
 // times in all (mosquitto -v logs each SUBACK it sends).
-func subscribed(t *testing.T, peer *peerBroker, id string, n int) {
+func subscribed(t *testing.T, peer *bridgetest.Mosquitto, id string, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("SUBACK %d to %s", n, id), func() bool { return peer.count("Sending SUBACK to "+id) >= n })
+	waitFor(t, fmt.Sprintf("SUBACK %d to %s", n, id), func() bool { return peer.Count("Sending SUBACK to "+id) >= n })
 }
 
 // Records published at the peer under an in rule are stored here under
 // the rule's name, in the order published, properties and all.
 func TestInboundStoresInOrderUnderTheRulesName(t *testing.T) {
-	peer := startPeer(t, "")
+	peer := bridgetest.StartMosquitto(t, "")
 	local := newMemLocal()
 	l := runLink(t, peer, local, "edge-in", 20, 5*time.Millisecond,
 		rule(t, "fleet/+/#", In, "local/$1/$#"), rule(t, "cmd/#", In, "commands/$#"))
@@ -100,7 +100,7 @@ func TestInboundStoresInOrderUnderTheRulesName(t *testing.T) {
 // with us and sends no more; once room comes, every record is stored, in
 // order, none dropped.
 func TestInboundFullChannelHoldsThePeerAtReceiveMaximum(t *testing.T) {
-	peer := startPeer(t, "")
+	peer := bridgetest.StartMosquitto(t, "")
 	local := newMemLocal()
 	local.hold(true)
 	const rm = 5
@@ -136,7 +136,7 @@ func TestInboundFullChannelHoldsThePeerAtReceiveMaximum(t *testing.T) {
 // with its cause, and the records after it flow; so are records no rule
 // maps.
 func TestInboundNeverAcceptedIsCountedAndTheLinkFlows(t *testing.T) {
-	peer := startPeer(t, "")
+	peer := bridgetest.StartMosquitto(t, "")
 	local := newMemLocal()
 	local.never["local/poison"] = "too_large"
 	l := runLink(t, peer, local, "edge-poison", 3, 5*time.Millisecond,
@@ -161,7 +161,7 @@ func TestInboundNeverAcceptedIsCountedAndTheLinkFlows(t *testing.T) {
 // on the next connection: it is recognised, acknowledged, and not stored a
 // second time; the session was kept, so nothing is subscribed again.
 func TestInboundRedeliveryAfterALostAckIsStoredOnce(t *testing.T) {
-	peer := startPeer(t, "")
+	peer := bridgetest.StartMosquitto(t, "")
 	local := newMemLocal()
 	// One second of batching: the records are stored well before their
 	// acknowledgements would leave.
@@ -179,7 +179,7 @@ func TestInboundRedeliveryAfterALostAckIsStoredOnce(t *testing.T) {
 	if got := local.topics(); len(got) != 9 || got[8] != "local/x after" {
 		t.Fatalf("stored %q; want each of the 8 once, then the one after", got)
 	}
-	if n := peer.count("Sending SUBACK to edge-dup"); n != 1 {
+	if n := peer.Count("Sending SUBACK to edge-dup"); n != 1 {
 		t.Fatalf("%d SUBACKs to the link; a kept session is not subscribed again", n)
 	}
 	if s := l.Stats(); s.Connects != 2 || s.SessionsLost != 0 {
@@ -191,8 +191,8 @@ func TestInboundRedeliveryAfterALostAckIsStoredOnce(t *testing.T) {
 // published for us; it all arrives, in order, when the link is back, and
 // the kept session is not subscribed again.
 func TestInboundOutageIsQueuedAtThePeer(t *testing.T) {
-	peer := startPeer(t, "")
-	proxy := bridgetest.Start(t, peer.addr())
+	peer := bridgetest.StartMosquitto(t, "")
+	proxy := bridgetest.Start(t, peer.Addr())
 	local := newMemLocal()
 	l := runLinkTo(t, proxy.URL(), local, "edge-outage", 20, 5*time.Millisecond, rule(t, "o/#", In, "local/$#"))
 	subscribed(t, peer, "edge-outage", 1)
@@ -215,7 +215,7 @@ func TestInboundOutageIsQueuedAtThePeer(t *testing.T) {
 			t.Fatalf("record %d is %q", i+1, got[i+1])
 		}
 	}
-	if n := peer.count("Sending SUBACK to edge-outage"); n != 1 {
+	if n := peer.Count("Sending SUBACK to edge-outage"); n != 1 {
 		t.Fatalf("%d SUBACKs; a kept session is not subscribed again", n)
 	}
 }
@@ -224,11 +224,11 @@ func TestInboundOutageIsQueuedAtThePeer(t *testing.T) {
 // resumes): the loss is counted and the in rules subscribed again, so
 // records published after it still cross.
 func TestInboundLostSessionIsCountedAndResubscribed(t *testing.T) {
-	peer := startPeer(t, "persistence false")
+	peer := bridgetest.StartMosquitto(t, "persistence false")
 	local := newMemLocal()
 	l := runLink(t, peer, local, "edge-lost", 20, 5*time.Millisecond, rule(t, "s/#", In, "local/$#"))
 	subscribed(t, peer, "edge-lost", 1)
-	peer.restart()
+	peer.Restart()
 	subscribed(t, peer, "edge-lost", 1) // the new process's log
 	pub := newPublisher(t, peer, "hub-pub-2")
 	pub.publish("s/after-restart", "x", 1)
@@ -244,7 +244,7 @@ func strconvI(i int) string { return fmt.Sprint(i) }
 // cannot store it, and is back to 0 once it could: progress, not just
 // "connected".
 func TestInboundOldestUnacknowledgedAge(t *testing.T) {
-	peer := startPeer(t, "")
+	peer := bridgetest.StartMosquitto(t, "")
 	local := newMemLocal()
 	local.hold(true)
 	l := runLink(t, peer, local, "edge-age", 5, 5*time.Millisecond, rule(t, "a/#", In, "local/$#"))
@@ -265,8 +265,8 @@ func TestInboundOldestUnacknowledgedAge(t *testing.T) {
 // reported down and, once the path works again, comes back by itself with
 // its session, and what was published meanwhile arrives.
 func TestLinkBlackholedIsDetectedWithinOneAndAHalfKeepAlives(t *testing.T) {
-	peer := startPeer(t, "")
-	proxy := bridgetest.Start(t, peer.addr())
+	peer := bridgetest.StartMosquitto(t, "")
+	proxy := bridgetest.Start(t, peer.Addr())
 	local := newMemLocal()
 	const keepAlive = 4 * time.Second
 	l := runLinkWith(t, Config{Peer: proxy.URL(), ClientID: "edge-bh", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
@@ -314,10 +314,10 @@ func (l *logBuffer) String() string {
 // surfaced: one warning naming the rule's filter and what it now
 // guarantees; its records still cross.
 func TestLinkSurfacesAGrantedQoSDowngrade(t *testing.T) {
-	peer := startPeer(t, "max_qos 1")
+	peer := bridgetest.StartMosquitto(t, "max_qos 1")
 	var logs logBuffer
 	local := newMemLocal()
-	runLinkWith(t, Config{Peer: peer.url(), ClientID: "edge-qos", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
+	runLinkWith(t, Config{Peer: peer.URL(), ClientID: "edge-qos", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
 		Rules: []*Rule{rule(t, "q/#", In, "local/$#")}, Log: slog.New(slog.NewTextHandler(&logs, nil))}, local)
 	subscribed(t, peer, "edge-qos", 1)
 	waitFor(t, "the downgrade warned", func() bool { return strings.Contains(logs.String(), "granted a lower QoS") })

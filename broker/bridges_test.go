@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -542,5 +544,94 @@ func waitLogCount(t *testing.T, b *brokertest.Broker, s string, n int) {
 			t.Fatalf("the broker logged %q %d times, want %d", s, strings.Count(b.Log.String(), s), n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// bridgeTLSConfig links to a TLS peer through PEER with the files named.
+const bridgeTLSConfig = `
+broker:
+  id: edge
+  log_level: debug
+  storage:
+    default: main
+    default_retention_period: 7d
+    default_retention_bytes: 64MiB
+    providers:
+      main:
+        type: sqlite
+        file_path: {{.Dir}}/data.db
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+channels:
+  orders:
+    type: append
+bridges:
+  hub:
+    peer: tls://PEER
+    client_id: edge-1
+    ca_file: CA
+    cert_file: CERT
+    key_file: KEY
+    topics:
+      - {filter: "hub/orders/#", direction: in, topic: "orders/$#"}
+`
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A TLS peer that requires client certificates: the link checks the peer
+// against ca_file and presents cert_file; a renewed certificate written
+// over the files is used at the next connection, without a restart; and a
+// peer whose certificate ca_file does not vouch for is never linked to —
+// the link fails closed, nothing crosses.
+func TestBridgeTLSPeerRenewedCertificateAndWrongCA(t *testing.T) {
+	dir := t.TempDir()
+	pki := brokertest.NewPKI(t, dir, "hub")
+	srv := pki.Server("hub-server")
+	a, b := pki.Client("edge-a", "edge-a"), pki.Client("edge-b", "edge-b")
+	peer := bridgetest.StartMosquitto(t, fmt.Sprintf("cafile %s\ncertfile %s\nkeyfile %s\nrequire_certificate true\nuse_identity_as_username true",
+		pki.CAFile, srv.CertFile, srv.KeyFile))
+	proxy := bridgetest.Start(t, peer.Addr())
+	certFile, keyFile := filepath.Join(dir, "edge.pem"), filepath.Join(dir, "edge.key")
+	copyFile(t, a.CertFile, certFile)
+	copyFile(t, a.KeyFile, keyFile)
+	conf := strings.NewReplacer("PEER", proxy.Addr(), "CA", pki.CAFile, "CERT", certFile, "KEY", keyFile).Replace(bridgeTLSConfig)
+	br := brokertest.Start(t, brokertest.Config(t, t.TempDir(), conf))
+	waitLog(t, br, "bridge: in rules subscribed")
+	if !strings.Contains(peer.Log(), "as edge-1 (p5, c0, k30, u'edge-a')") {
+		t.Fatalf("the peer did not see edge-a's certificate:\n%s", peer.Log())
+	}
+
+	// Renewed on disk; the next connection presents it.
+	copyFile(t, b.CertFile, certFile)
+	copyFile(t, b.KeyFile, keyFile)
+	proxy.Cut(true)
+	waitLog(t, br, "bridge: link down")
+	proxy.Cut(false)
+	waitLog(t, br, "bridge: link back")
+	if !strings.Contains(peer.Log(), "as edge-1 (p5, c0, k30, u'edge-b')") {
+		t.Fatalf("the renewed certificate was not presented:\n%s", peer.Log())
+	}
+
+	// Another broker whose ca_file is some other authority's.
+	other := brokertest.NewPKI(t, t.TempDir(), "other")
+	conf = strings.NewReplacer("PEER", peer.Addr(), "CA", other.CAFile, "CERT", certFile, "KEY", keyFile, "edge-1", "edge-2").Replace(bridgeTLSConfig)
+	wrong := brokertest.Start(t, brokertest.Config(t, t.TempDir(), conf))
+	waitLog(t, wrong, "bridge: connection attempt failed")
+	if !wrong.Log.Contains("certificate signed by unknown authority") {
+		t.Fatalf("the failure does not say why:\n%s", wrong.Log.Tail(20))
+	}
+	if strings.Contains(peer.Log(), "as edge-2") || wrong.Log.Contains("bridge: link up") {
+		t.Fatal("a link was made to a peer ca_file does not vouch for")
 	}
 }
