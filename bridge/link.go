@@ -320,6 +320,11 @@ func (l *Link) down() bool {
 	return true
 }
 
+// Rebuild closes the current connection, as rebuild does: the broker
+// calls it when an operator asks for the TLS files to be read again
+// (SIGUSR1), so the next handshake uses them now.
+func (l *Link) Rebuild() { l.rebuild() }
+
 // rebuild closes the current connection: autopaho sees it end and dials
 // again, the session kept at the peer.
 func (l *Link) rebuild() {

@@ -210,3 +210,25 @@ func (b *Broker) bridgeFigures() []metrics.BridgeFigures {
 	}
 	return out
 }
+
+// reloadBridgeCertificates is SIGUSR1 for the bridges (ReloadCertificates
+// calls it): each encrypted link's files are read now, and where they load
+// the link is rebuilt so its next handshake, at once, uses them — the
+// session kept at the peer. Files that do not load are logged and the link
+// is left as it is (it reads them again at its next handshake anyway).
+func (b *Broker) reloadBridgeCertificates() error {
+	var errs []error
+	for i, bc := range b.cfg.Bridges {
+		if !bc.Encrypted() || i >= len(b.bridges) {
+			continue
+		}
+		if _, err := bridgeTLS(bc, (&url.URL{Host: bc.Host}).Hostname()); err != nil {
+			errs = append(errs, fmt.Errorf("bridge %s: %w", bc.Name, err))
+			b.log.Error("bridge certificates not reloaded: a file is bad", "bridge", bc.Name, "error", err)
+			continue
+		}
+		b.bridges[i].Rebuild()
+		b.log.Info("bridge certificates re-read; the link connects again with them", "bridge", bc.Name)
+	}
+	return errors.Join(errs...)
+}

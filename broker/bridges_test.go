@@ -622,6 +622,17 @@ func TestBridgeTLSPeerRenewedCertificateAndWrongCA(t *testing.T) {
 	if !strings.Contains(peer.Log(), "as edge-1 (p5, c0, k30, u'edge-b')") {
 		t.Fatalf("the renewed certificate was not presented:\n%s", peer.Log())
 	}
+	// SIGUSR1 (ReloadCertificates) reads the files and reconnects at once.
+	c := pki.Client("edge-c", "edge-c")
+	copyFile(t, c.CertFile, certFile)
+	copyFile(t, c.KeyFile, keyFile)
+	if err := br.ReloadCertificates(); err != nil {
+		t.Fatal(err)
+	}
+	waitLogCount(t, br, "bridge: link back", 2)
+	if !strings.Contains(peer.Log(), "as edge-1 (p5, c0, k30, u'edge-c')") {
+		t.Fatalf("the certificate read at SIGUSR1 was not presented:\n%s", peer.Log())
+	}
 
 	// Another broker whose ca_file is some other authority's.
 	other := brokertest.NewPKI(t, t.TempDir(), "other")

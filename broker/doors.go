@@ -195,7 +195,12 @@ func remoteSource(remote string) string {
 // what it now holds.
 //
 // The operations listener's TLS doors are read in the same pass (docs/operations.md "Who the caller is"): a bad file on any door, MQTT or operations, changes none.
+// A bridge's files are read too, and its link connects again with them at
+// once (docs/bridge.md "The link").
 func (b *Broker) ReloadCertificates() error {
+	// The bridges' files are their own: a bad one leaves its link as it
+	// is and changes no door (bridges.go).
+	bridgeErr := b.reloadBridgeCertificates()
 	type reload struct {
 		name  string
 		certs *doorpkg.Certificates
@@ -215,7 +220,7 @@ func (b *Broker) ReloadCertificates() error {
 	if len(errs) > 0 {
 		b.log.Error("TLS certificates not reloaded: nothing applied, every door serves what it had; fix the files and send SIGUSR1 again",
 			"doors_failed", len(errs))
-		return errors.Join(errs...)
+		return errors.Join(append(errs, bridgeErr)...)
 	}
 	for _, r := range todo {
 		r.certs.Apply(r.next)
@@ -223,7 +228,7 @@ func (b *Broker) ReloadCertificates() error {
 		b.log.Info("TLS certificates reloaded", "listener", r.name, "not_after", h.NotAfter.UTC().Format(time.RFC3339),
 			"serial", h.Serial, "client_ca", h.ClientCA)
 	}
-	return nil
+	return bridgeErr
 }
 
 // tlsDoor is a door serving TLS, by the name its lines give it: an MQTT
