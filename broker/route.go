@@ -7,6 +7,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"saguin.dev/bridge"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/topic"
 )
@@ -176,9 +177,43 @@ func isFilter(s string) bool {
 func Route(cfg *config.Config, subject string) []RouteRow {
 	r := newRouting(cfg)
 	if !isFilter(subject) {
-		return []RouteRow{r.topicRow(subject)}
+		return append([]RouteRow{r.topicRow(subject)}, r.bridgeRows(cfg.Bridges, subject)...)
 	}
 	return r.filterRows(subject)
+}
+
+// bridgeRows are how a topic published at a bridge's peer crosses to us:
+// for each bridge, the first in rule whose filter matches it (rules are
+// tried in written order, docs/bridge.md "What crosses, inbound"), the name
+// it takes here and where that name lands. Why says which bridge and rule;
+// a name that cannot be made is refused-unmappable.
+func (r routing) bridgeRows(bridges []config.Bridge, t string) []RouteRow {
+	var rows []RouteRow
+	for _, b := range bridges {
+		for _, rule := range b.Rules {
+			if rule.Direction == bridge.Out {
+				continue
+			}
+			mapped, ok, err := rule.Map(t)
+			if !ok {
+				continue
+			}
+			why := fmt.Sprintf("from bridge %s, rule %d (%s -> %s)", b.Name, rule.Index, rule.Filter, rule.Template)
+			if err != nil {
+				rows = append(rows, RouteRow{Subject: t, Why: "refused-unmappable", Reason: why + ": " + err.Error()})
+				break
+			}
+			row := r.topicRow(mapped)
+			row.Subject = t
+			row.Why = why + " as " + mapped
+			if row.Reason == "" && row.Type == "broadcast" {
+				row.Reason = "no channel claims " + mapped + ": acknowledged to the peer once handed to the broadcast fan-out"
+			}
+			rows = append(rows, row)
+			break
+		}
+	}
+	return rows
 }
 
 func (r routing) topicRow(t string) RouteRow {

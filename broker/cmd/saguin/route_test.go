@@ -181,3 +181,48 @@ func TestRouteUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// docs/bridge.md: --route also says how a topic published at a bridge's
+// peer crosses to us — the first in rule that matches it, the name it
+// takes and the channel that name lands in — or why it cannot.
+func TestRouteExplainsWhatCrossesABridge(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "saguin.yaml", routeConfig+`bridges:
+  hub:
+    peer: tcp://hub.example.net:1883
+    client_id: edge-1
+    topics:
+      - {filter: "fleet/+/events/#", direction: in, topic: "iot/$1/events/$#"}
+      - {filter: "fleet/+/live", direction: in, topic: "live/$1"}
+      - {filter: "fleet/raw/#", direction: in, topic: "$#"}
+`)
+	for _, c := range []struct {
+		subject string
+		want    []string
+	}{
+		{"fleet/site1/events/alarm/fire", []string{
+			"fleet/site1/events/alarm/fire\t-\tbroadcast\t-",
+			"fleet/site1/events/alarm/fire\talarms\tappend\tfrom bridge hub, rule 0 (fleet/+/events/# -> iot/$1/events/$#) as iot/site1/events/alarm/fire",
+		}},
+		{"fleet/v7/live", []string{
+			"fleet/v7/live\t-\tbroadcast\t-",
+			"fleet/v7/live\t-\tbroadcast\tfrom bridge hub, rule 1 (fleet/+/live -> live/$1) as live/v7",
+			"#   no channel claims live/v7: acknowledged to the peer once handed to the broadcast fan-out",
+		}},
+		{"fleet/raw", []string{
+			"fleet/raw\t-\tbroadcast\t-",
+			"fleet/raw\t-\t-\trefused-unmappable",
+			"#   from bridge hub, rule 2 (fleet/raw/# -> $#): the mapped topic is empty or starts with $",
+		}},
+	} {
+		code, out, errOut := runCLI(t, "--route", path, c.subject)
+		if code != 0 {
+			t.Fatalf("--route %s: exit %d, %s", c.subject, code, errOut)
+		}
+		rows := strings.Split(out, "\n\n")[0]
+		got := strings.Split(strings.TrimRight(rows, "\n"), "\n")[1:]
+		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("--route %s:\n%s\nwant:\n%s", c.subject, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
+	}
+}
