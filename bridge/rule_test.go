@@ -207,3 +207,35 @@ func TestRuleReach(t *testing.T) {
 		t.Errorf("both rule reach %q", got)
 	}
 }
+
+// Whatever filter, template and topic a configuration and a peer give,
+// NewRule refuses or compiles without panicking, and a compiled rule's Map
+// is consistent: it maps exactly the topics Matches accepts, and a name it
+// makes is never empty, never starts with $, and holds no wildcard.
+func FuzzRuleMap(f *testing.F) {
+	f.Add("fleet/+/telemetry/#", "shore/$1/$#", "fleet/v7/telemetry/engine", uint8(0))
+	f.Add("a/+/+", "b/$2-$1", "a/x/y", uint8(1))
+	f.Add("cmd/#", "$#", "cmd", uint8(0))
+	f.Add("$SYS/+", "sys/$1", "$SYS/uptime", uint8(0))
+	f.Add("s/#", "", "s/a/b", uint8(2))
+	f.Fuzz(func(t *testing.T, filter, tmpl, topic string, d uint8) {
+		dir := []Direction{In, Out, Both}[int(d)%3]
+		r, _, err := NewRule(filter, dir, tmpl)
+		if err != nil {
+			return
+		}
+		mapped, ok, err := r.Map(topic)
+		if ok != r.Matches(topic) {
+			t.Fatalf("Map says %v, Matches says %v for %q by %q", ok, !ok, topic, filter)
+		}
+		if !ok || err != nil {
+			return
+		}
+		if mapped == "" || strings.HasPrefix(mapped, "$") && dir != Both {
+			t.Fatalf("%q by %q -> %q gave %q", topic, filter, tmpl, mapped)
+		}
+		if dir != Both && strings.ContainsAny(mapped, "+#") && !strings.ContainsAny(topic, "+#") {
+			t.Fatalf("%q by %q -> %q gave a wildcard: %q", topic, filter, tmpl, mapped)
+		}
+	})
+}

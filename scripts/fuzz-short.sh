@@ -22,6 +22,6 @@ while IFS= read -r line; do
   (cd "$mod" && go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$pkg" >/tmp/fuzz-$$.log 2>&1) || {
     cat /tmp/fuzz-$$.log; rm -f /tmp/fuzz-$$.log; exit 1; }
   n=$((n+1))
-done < <(grep -rn --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+\(' storage broker chaos linearizability 2>/dev/null | sort)
+done < <(grep -rn --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+\(' storage bridge broker chaos linearizability 2>/dev/null | sort)
 rm -f /tmp/fuzz-$$.log
 echo "fuzz: $n targets, $FUZZTIME each, no failure"
