@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -644,5 +645,193 @@ func TestBridgeTLSPeerRenewedCertificateAndWrongCA(t *testing.T) {
 	}
 	if strings.Contains(peer.Log(), "as edge-2") || wrong.Log.Contains("bridge: link up") {
 		t.Fatal("a link was made to a peer ca_file does not vouch for")
+	}
+}
+
+// hubConfig is a Sagüin hub with an append channel of fleet records.
+const hubConfig = `
+broker:
+  id: hub
+  storage:
+    default: main
+    default_retention_period: 7d
+    default_retention_bytes: 64MiB
+    providers:
+      main:
+        type: sqlite
+        file_path: {{.Dir}}/hub.db
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+channels:
+  fleet:
+    type: append
+`
+
+// Sagüin to Sagüin: an edge bridging a hub's append channel in stores
+// each record once under its own offsets, keeping the saguin-id the hub
+// gave it (offsets and positions do not cross: each broker has its own).
+func TestBridgeSaguinToSaguinKeepsTheMessageID(t *testing.T) {
+	hub := brokertest.Start(t, brokertest.Config(t, t.TempDir(), hubConfig))
+	pub := brokertest.Connect(t, hub.Address(), "hub-pub", brokertest.ClientOptions{CleanStart: true})
+	hubReader := brokertest.Connect(t, hub.Address(), "hub-reader", brokertest.ClientOptions{CleanStart: true})
+	hubReader.Subscribe("fleet/#", 1)
+	for i := range 5 {
+		mustPublish(t, pub, "fleet/v7", "rec-"+strconv.Itoa(i))
+	}
+	ids := map[string]string{} // payload → the hub's saguin-id
+	for range 5 {
+		p := within(hubReader, 10*time.Second)
+		if p == nil {
+			t.Fatal("the hub's reader got fewer than 5 records")
+		}
+		ids[string(p.Payload)] = pahoUserProp(p, "saguin-id")
+	}
+	conf := strings.NewReplacer("PEER", hub.Address(), `"hub/orders/#", direction: in, topic: "orders/$#"`, `"fleet/#", direction: in, topic: "orders/$#"`).Replace(bridgeConfig)
+	e := brokertest.Start(t, brokertest.Config(t, t.TempDir(), strings.Replace(conf, "client_id: edge-1", "client_id: edge-2", 1)))
+	sub := brokertest.Connect(t, e.Address(), "edge-reader", brokertest.ClientOptions{CleanStart: true})
+	sub.Subscribe("orders/#", 1)
+	for i := range 5 {
+		p := within(sub, 20*time.Second)
+		if p == nil {
+			t.Fatalf("record %d never crossed", i)
+		}
+		want := "rec-" + strconv.Itoa(i)
+		if string(p.Payload) != want || p.Topic != "orders/v7" {
+			t.Fatalf("record %d is %s %q", i, p.Topic, p.Payload)
+		}
+		if got := pahoUserProp(p, "saguin-id"); got != ids[want] || got == "" {
+			t.Fatalf("%s: saguin-id %q here, %q at the hub", want, got, ids[want])
+		}
+		if got := pahoUserProp(p, "saguin-offset"); got != strconv.Itoa(i+1) {
+			t.Fatalf("%s: offset %s here; the edge numbers its own records from 1", want, got)
+		}
+	}
+	if p := within(sub, 500*time.Millisecond); p != nil {
+		t.Fatalf("a record crossed twice: %q", p.Payload)
+	}
+}
+
+// edgeConfig is our broker as the hub a mosquitto edge bridges into, on a
+// fixed port so the edge finds it again after a restart.
+const edgeIntoUsConfig = `
+broker:
+  id: hub
+  storage:
+    default: main
+    default_retention_period: 7d
+    default_retention_bytes: 64MiB
+    providers:
+      main:
+        type: sqlite
+        file_path: {{.Dir}}/hub.db
+  mqtt:
+    listen:
+      tcp:
+        address: ADDR
+channels:
+  sensors:
+    type: append
+`
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Debian's mosquitto as an edge bridging into us (MQTT 5, a persistent
+// session): what it forwards is stored once each, in order, and what it
+// queued while we restarted arrives after. Its bridge's notification Will
+// goes to a topic of ours: mosquitto's default, $SYS/broker/connection/…,
+// is the broker's own here and refused at CONNECT (docs/bridge.md
+// "Bridging into Sagüin").
+func TestBridgeMosquittoEdgeIntoUs(t *testing.T) {
+	addr := freeAddr(t)
+	us := brokertest.Start(t, brokertest.Config(t, t.TempDir(), strings.Replace(edgeIntoUsConfig, "ADDR", addr, 1)))
+	edge := bridgetest.StartMosquitto(t, fmt.Sprintf(`connection to-us
+address %s
+bridge_protocol_version mqttv50
+cleansession false
+clientid mosquitto-edge
+notification_topic edges/mosquitto-edge/state
+restart_timeout 1
+topic sensors/# out 1`, addr))
+	reader := brokertest.Connect(t, us.Address(), "reader", brokertest.ClientOptions{CleanStart: true, SessionExpiry: 3600})
+	reader.Subscribe("sensors/#", 1)
+	sensor := brokertest.Connect(t, edge.Addr(), "sensor", brokertest.ClientOptions{CleanStart: true})
+	// The edge's bridge subscribes locally once it is connected: probe
+	// until a record crosses.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mustPublish(t, sensor, "sensors/probe", "probe")
+		if p := within(reader, 300*time.Millisecond); p != nil {
+			for within(reader, 300*time.Millisecond) != nil {
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing crossed from the mosquitto edge:\n%s\nus:\n%s", edge.Log(), us.Log.Tail(30))
+		}
+	}
+	var want []string
+	for i := range 20 {
+		want = append(want, "before-"+strconv.Itoa(i))
+		mustPublish(t, sensor, "sensors/t", want[i])
+	}
+	for i := range 20 {
+		if p := within(reader, 10*time.Second); p == nil || string(p.Payload) != want[i] {
+			t.Fatalf("record %d: %v", i, p)
+		}
+	}
+	us.Restart() // graceful: every PUBACK owed is sent before the close
+	for i := range 10 {
+		want = append(want, "during-"+strconv.Itoa(i))
+		mustPublish(t, sensor, "sensors/t", want[20+i])
+	}
+	var got []string
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		got = got[:0]
+		r := brokertest.Connect(t, us.Address(), "replayer-"+strconv.Itoa(int(time.Now().UnixNano()%1e6)), brokertest.ClientOptions{CleanStart: true})
+		r.Subscribe("sensors/t", 1)
+		for p := within(r, time.Second); p != nil; p = within(r, 300*time.Millisecond) {
+			got = append(got, string(p.Payload))
+		}
+		r.Close()
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("the sensors channel holds %q\nwant %q", got, want)
+	}
+}
+
+// mosquitto's bridge with its default notifications arms a Will on
+// $SYS/broker/connection/<id>/state, which is the broker's here: the
+// CONNECT is refused 0x90 with a reason naming the Will topic, and the
+// refusal is one log line saying what to change.
+func TestBridgeMosquittoDefaultNotificationWillIsRefused(t *testing.T) {
+	addr := freeAddr(t)
+	us := brokertest.Start(t, brokertest.Config(t, t.TempDir(), strings.Replace(edgeIntoUsConfig, "ADDR", addr, 1)))
+	edge := bridgetest.StartMosquitto(t, fmt.Sprintf(`connection to-us
+address %s
+bridge_protocol_version mqttv50
+clientid mosquitto-edge
+restart_timeout 1
+topic sensors/# out 1`, addr))
+	waitLog(t, us, "Will topic is in $SYS, which is the broker's")
+	deadline := time.Now().Add(10 * time.Second)
+	for edge.Count("Connection Refused: Topic Name invalid") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("mosquitto did not report the refusal:\n%s", edge.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
