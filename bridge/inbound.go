@@ -28,7 +28,6 @@ var Causes = []string{CauseNoRule, CauseUnmappable, CauseNeverAccepted, CauseQue
 type received struct {
 	pub *paho.Publish
 	cli *paho.Client
-	gen uint64    // the connection's number (Link.gen when it arrived)
 	at  time.Time // when it arrived: the oldest unacknowledged one's age is a figure
 }
 
@@ -39,7 +38,10 @@ type received struct {
 // one Receive Maximum waiting is dropped and counted: MQTT gives QoS 0 no
 // flow control to hold the peer back with.
 func (l *Link) onPublish(pr paho.PublishReceived) (bool, error) {
-	r := received{pub: pr.Packet, cli: pr.Client, gen: l.gen.Load(), at: time.Now()}
+	// The connection a record arrives on is the current one: records of
+	// a new connection come only after the old one ended (down).
+	l.current.Store(pr.Client)
+	r := received{pub: pr.Packet, cli: pr.Client, at: time.Now()}
 	l.stats.received.Add(1)
 	if r.pub.QoS == 0 {
 		if l.qos0Waiting.Add(1) > int64(l.cfg.ReceiveMaximum) {
@@ -135,10 +137,13 @@ const (
 
 // ack acknowledges r on the connection it came on, and only while that
 // connection is the current one: after a reconnection the peer resends it
-// (with DUP) and it is acknowledged then. paho sends acknowledgements in
-// receive order, so one for a later record waits for the earlier ones.
+// (with DUP) and it is acknowledged then — an old connection's
+// acknowledgement could name, by its packet identifier, another record of
+// the new one (paho.golang's session state is shared between them). paho
+// sends acknowledgements in receive order, so one for a later record waits
+// for the earlier ones.
 func (l *Link) ack(r received) {
-	if r.pub.QoS == 0 || r.gen != l.gen.Load() {
+	if r.pub.QoS == 0 || r.cli != l.current.Load() {
 		return
 	}
 	if err := r.cli.Ack(r.pub); err != nil {

@@ -60,7 +60,7 @@ type Link struct {
 	qos0Waiting atomic.Int64
 	stop        chan struct{} // closed when Run returns: the callback stops handing off
 
-	gen       atomic.Uint64 // the current connection's number; 0 before the first
+	current   atomic.Pointer[paho.Client] // the connection records arrive on; nil while down
 	connected atomic.Bool
 	conn      atomic.Pointer[net.Conn] // the current connection, closed to rebuild the link
 	hadSess   atomic.Bool              // a connection of this process was accepted before
@@ -263,7 +263,6 @@ func (l *Link) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (n
 // present, nothing is subscribed again — the peer kept our
 // subscriptions, and a resubscribe flood is what we avoid.
 func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
-	l.gen.Add(1)
 	l.connected.Store(true)
 	l.stats.connects.Add(1)
 	if at := l.downAt.Swap(0); at != 0 {
@@ -314,6 +313,7 @@ func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 
 // down: the connection ended; autopaho dials again (true).
 func (l *Link) down() bool {
+	l.current.Store(nil) // nothing is acknowledged on a connection that ended
 	l.connected.Store(false)
 	l.downAt.CompareAndSwap(0, time.Now().UnixNano())
 	l.log.Warn("bridge: link down", "peer", l.cfg.Peer.Redacted())
