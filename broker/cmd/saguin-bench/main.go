@@ -7,7 +7,10 @@
 // publisher to 50 subscribers, the deaf-subscriber case, connection storms
 // of 2,000 and 10,000 clients, the queue cycle, the replay and the
 // start-up over 1,000,000 records; NATS is the durable MQTT 3.1.1 peer,
-// "n/a" where a scenario needs what it lacks.
+// "n/a" where a scenario needs what it lacks. Beside the table, the bridge
+// row (bridge.go): 50,000 QoS 1 records from a mosquitto hub across a
+// Sagüin bridge into an append channel, and across mosquitto's own bridge
+// into a mosquitto edge, in the same run.
 //
 // The other scenario groups (-scenarios) measure, on paho-based load:
 //
@@ -45,6 +48,7 @@
 //	go run ./cmd/saguin-bench -scenarios throughput,replay,startup,latest,sessions   the earlier groups
 //	go run ./cmd/saguin-bench -quick -scenarios latest    the latest figures alone
 //	go run ./cmd/saguin-bench -quick -scenarios sessions  session memory, reconnect storm, offline backlog
+//	go run ./cmd/saguin-bench -quick -scenarios bridge    the bridge row alone
 package main
 
 import (
@@ -132,11 +136,11 @@ func (o options) runs(scenario string) bool { return slices.Contains(o.scenarios
 // (append, its read-back, broadcast), the replay, the start-up, and the
 // latest channel's figures, and durable sessions' memory, reconnect storm
 // and offline backlog.
-var scenarioGroups = []string{"table", "throughput", "replay", "startup", "latest", "sessions"}
+var scenarioGroups = []string{"table", "throughput", "replay", "startup", "latest", "sessions", "bridge"}
 
 // defaultScenarios are what `make bench` runs: the one table, whose
 // replay and start-up rows the replay and startup groups measure.
-var defaultScenarios = []string{"table", "replay", "startup"}
+var defaultScenarios = []string{"table", "replay", "startup", "bridge"}
 
 // brokerNames are what -brokers selects from.
 var brokerNames = []string{"saguin", "mochi", "mosquitto", "nats"}

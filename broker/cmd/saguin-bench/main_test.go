@@ -148,8 +148,9 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	}
 	// Step 6's table by default: every peer, 64 in flight, fan-out to 50,
 	// storms of 2,000 then 10,000, 30,000 publishes beside a deaf
-	// subscriber; with the replay and start-up its rows need.
-	if !slices.Equal(o.scenarios, []string{"table", "replay", "startup"}) || !slices.Equal(o.brokers, brokerNames) ||
+	// subscriber; with the replay and start-up its rows need, and Step 12's
+	// bridge row.
+	if !slices.Equal(o.scenarios, []string{"table", "replay", "startup", "bridge"}) || !slices.Equal(o.brokers, brokerNames) ||
 		o.inFlight != 64 || o.fanSubs != 50 || !slices.Equal(o.storms, []int{2000, 10000}) || o.deafMessages != 30_000 {
 		t.Fatalf("table defaults are not step 6's: %+v", o)
 	}

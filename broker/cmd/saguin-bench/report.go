@@ -56,6 +56,7 @@ type results struct {
 	latest      *latestResults
 	sessions    *sessionResults
 	table       *tableResults
+	bridge      bridgeResults
 
 	saguinErrs []string
 	refErrs    []string
@@ -142,6 +143,9 @@ func (b *bench) report(total time.Duration) {
 	}
 	if b.o.runs("sessions") {
 		b.reportSessions()
+	}
+	if b.o.runs("bridge") {
+		b.reportBridge()
 	}
 
 	fmt.Fprintln(w)

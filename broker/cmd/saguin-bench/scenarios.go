@@ -123,7 +123,7 @@ func (b *bench) runAll(ctx context.Context) {
 		return
 	}
 	perStorage := b.o.runs("throughput") || b.o.runs("replay") || b.o.runs("latest")
-	if !perStorage && !(b.o.runs("startup") && b.o.startupRecords > 0) && !b.o.runs("sessions") && !b.o.runs("table") {
+	if !perStorage && !(b.o.runs("startup") && b.o.startupRecords > 0) && !b.o.runs("sessions") && !b.o.runs("table") && !b.o.runs("bridge") {
 		return
 	}
 	bin := b.o.saguinBin
@@ -153,6 +153,9 @@ func (b *bench) runAll(ctx context.Context) {
 			break
 		}
 		b.runSaguinSessions(ctx, bin, storage)
+	}
+	if b.o.runs("bridge") && b.o.has("mosquitto") && ctx.Err() == nil {
+		b.runBridge(ctx, bin)
 	}
 }
 

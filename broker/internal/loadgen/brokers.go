@@ -117,6 +117,12 @@ func (m *Mosquitto) Drops() int64 { return m.drops.count() }
 // StartMosquitto runs the mosquitto binary at path with its configuration
 // in dir. The child gets SIGKILL if this process dies without stopping it.
 func StartMosquitto(ctx context.Context, path, dir string) (*Mosquitto, error) {
+	return StartMosquittoWith(ctx, path, dir, "")
+}
+
+// StartMosquittoWith is StartMosquitto with extra configuration lines after
+// the listener's (a bridge's connection block, for one).
+func StartMosquittoWith(ctx context.Context, path, dir, extra string) (*Mosquitto, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("mosquitto: %w (Debian package mosquitto)", err)
 	}
@@ -129,7 +135,7 @@ func StartMosquitto(ctx context.Context, path, dir string) (*Mosquitto, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := startMosquittoOn(ctx, path, dir, port)
+		m, err := startMosquittoOn(ctx, path, dir, port, extra)
 		if err == nil {
 			m.Version = version
 			return m, nil
@@ -139,9 +145,9 @@ func StartMosquitto(ctx context.Context, path, dir string) (*Mosquitto, error) {
 	return nil, lastErr
 }
 
-func startMosquittoOn(ctx context.Context, path, dir string, port int) (*Mosquitto, error) {
+func startMosquittoOn(ctx context.Context, path, dir string, port int, extra string) (*Mosquitto, error) {
 	conf := filepath.Join(dir, "mosquitto.conf")
-	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\n", port)
+	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\n%s\n", port, extra)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		return nil, fmt.Errorf("mosquitto: write config: %w", err)
 	}
