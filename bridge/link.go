@@ -22,7 +22,7 @@ import (
 // (docs/bridge.md "Configuration").
 type Config struct {
 	Name     string
-	Peer     *url.URL // tcp:// or tls://
+	Peer     *url.URL // tcp://, tls://, ws:// or wss://
 	ClientID string
 	// SessionExpiry is how long the peer keeps our session (and what it
 	// queues for us) while the link is down.
@@ -99,9 +99,9 @@ func New(cfg Config, local Local) (*Link, error) {
 		return nil, errors.New("bridge: a link needs a name")
 	case cfg.Peer == nil || cfg.Peer.Host == "":
 		return nil, fmt.Errorf("bridge %s: no peer", cfg.Name)
-	case cfg.Peer.Scheme != "tcp" && cfg.Peer.Scheme != "tls":
-		return nil, fmt.Errorf("bridge %s: peer scheme %q: this build links over tcp and tls", cfg.Name, cfg.Peer.Scheme)
-	case cfg.Peer.Scheme == "tls" && cfg.TLS == nil:
+	case cfg.Peer.Scheme != "tcp" && cfg.Peer.Scheme != "tls" && cfg.Peer.Scheme != "ws" && cfg.Peer.Scheme != "wss":
+		return nil, fmt.Errorf("bridge %s: peer scheme %q: a link is tcp, tls, ws or wss", cfg.Name, cfg.Peer.Scheme)
+	case (cfg.Peer.Scheme == "tls" || cfg.Peer.Scheme == "wss") && cfg.TLS == nil:
 		return nil, fmt.Errorf("bridge %s: a tls peer needs its TLS configuration", cfg.Name)
 	case cfg.ClientID == "":
 		return nil, fmt.Errorf("bridge %s: no client_id", cfg.Name)
@@ -237,14 +237,18 @@ func (l *Link) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (n
 	defer cancel()
 	var conn net.Conn
 	var err error
-	switch u.Scheme {
-	case "tls":
-		var tc *tls.Config
+	var tc *tls.Config
+	if u.Scheme == "tls" || u.Scheme == "wss" {
 		if tc, err = l.cfg.TLS(); err != nil {
 			return nil, fmt.Errorf("reading the TLS files: %w", err)
 		}
+	}
+	switch u.Scheme {
+	case "tls":
 		d := tls.Dialer{Config: tc}
 		conn, err = d.DialContext(ctx, "tcp", u.Host)
+	case "ws", "wss":
+		conn, err = dialWebSocket(ctx, u, tc)
 	default:
 		var d net.Dialer
 		conn, err = d.DialContext(ctx, "tcp", u.Host)
@@ -252,6 +256,8 @@ func (l *Link) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (n
 	if err != nil {
 		return nil, err
 	}
+	// paho writes a packet in several writes, from several goroutines: the
+	// lock it finds on the connection keeps each packet whole.
 	conn = packets.NewThreadSafeConn(conn)
 	l.conn.Store(&conn)
 	return conn, nil

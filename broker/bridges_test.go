@@ -835,3 +835,48 @@ topic sensors/# out 1`, addr))
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A bridge links over ws:// and wss:// as over tcp and tls: a Sagüin hub's
+// WebSocket doors (the "mqtt" subprotocol, TLS checked against ca_file on
+// wss), each record crossing once.
+func TestBridgeOverWebSocketAndSecureWebSocket(t *testing.T) {
+	dir := t.TempDir()
+	pki := brokertest.NewPKI(t, dir, "hub")
+	srv := pki.Server("hub-server")
+	hubConf := strings.Replace(hubConfig, `      tcp:
+        address: 127.0.0.1:0
+`, fmt.Sprintf(`      tcp:
+        address: 127.0.0.1:0
+      ws:
+        - name: ws
+          address: 127.0.0.1:0
+        - name: wss
+          address: 127.0.0.1:0
+          tls: {cert_file: %q, key_file: %q}
+`, srv.CertFile, srv.KeyFile), 1)
+	hub := brokertest.Start(t, brokertest.Config(t, t.TempDir(), hubConf))
+	pub := brokertest.Connect(t, hub.Address(), "hub-pub", brokertest.ClientOptions{CleanStart: true})
+	for _, c := range []struct{ name, peer, extra string }{
+		{"ws", "ws://127.0.0.1:" + doorPort(t, hub, "ws") + "/mqtt", ""},
+		{"wss", "wss://localhost:" + doorPort(t, hub, "wss") + "/mqtt", "    ca_file: " + pki.CAFile + "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conf := strings.NewReplacer("peer: tcp://PEER", "peer: "+c.peer+"\n"+strings.TrimSuffix(c.extra, "\n"),
+				"client_id: edge-1", "client_id: edge-"+c.name,
+				`"hub/orders/#", direction: in, topic: "orders/$#"`, `"fleet/`+c.name+`/#", direction: in, topic: "orders/$#"`).Replace(bridgeConfig)
+			conf = strings.Replace(conf, "\n\n", "\n", -1)
+			e := brokertest.Start(t, brokertest.Config(t, t.TempDir(), conf))
+			waitLog(t, e, "bridge: in rules subscribed")
+			sub := brokertest.Connect(t, e.Address(), "edge-reader", brokertest.ClientOptions{CleanStart: true})
+			sub.Subscribe("orders/#", 1)
+			for i := range 5 {
+				mustPublish(t, pub, "fleet/"+c.name+"/x", "rec-"+strconv.Itoa(i))
+			}
+			for i := range 5 {
+				if p := within(sub, 10*time.Second); p == nil || string(p.Payload) != "rec-"+strconv.Itoa(i) {
+					t.Fatalf("record %d over %s: %v", i, c.name, p)
+				}
+			}
+		})
+	}
+}
