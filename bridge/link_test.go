@@ -332,3 +332,28 @@ func TestLinkSurfacesAGrantedQoSDowngrade(t *testing.T) {
 	pub.publish("q/x", "still crosses", 1)
 	waitFor(t, "the record", func() bool { return len(local.topics()) == 1 })
 }
+
+// The peer restarts with its state (persistence, a graceful stop): the
+// link finds its session (Session Present 1), subscribes nothing again, and
+// records published after the restart cross; no session is counted lost.
+func TestLinkPeerRestartWithItsState(t *testing.T) {
+	dir := t.TempDir()
+	peer := bridgetest.StartMosquitto(t, "persistence true\npersistence_location "+dir+"/")
+	local := newMemLocal()
+	l := runLink(t, peer, local, "edge-kept", 20, 5*time.Millisecond, rule(t, "k/#", In, "local/$#"))
+	subscribed(t, peer, "edge-kept", 1)
+	pub := newPublisher(t, peer, "hub-pub")
+	pub.publish("k/x", "before", 1)
+	waitFor(t, "the first record", func() bool { return len(local.topics()) == 1 })
+	peer.RestartGracefully()
+	waitFor(t, "the link back", func() bool { return l.Stats().Connects >= 2 && l.Stats().Connected })
+	pub2 := newPublisher(t, peer, "hub-pub-2")
+	pub2.publish("k/x", "after", 1)
+	waitFor(t, "the record after the restart", func() bool { return len(local.topics()) == 2 })
+	if n := peer.Count("Sending SUBACK to edge-kept"); n != 0 {
+		t.Fatalf("%d SUBACKs after the peer came back with our session; want none", n)
+	}
+	if s := l.Stats(); s.SessionsLost != 0 {
+		t.Fatalf("stats %+v: a kept session counted lost", s)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -113,6 +114,18 @@ func (p *Mosquitto) Stop() {
 	_ = p.cmd.Process.Kill()
 	_, _ = p.cmd.Process.Wait()
 	p.cmd = nil
+}
+
+// RestartGracefully stops mosquitto with SIGTERM, so with persistence it
+// saves its sessions, and starts it again on the same port.
+func (p *Mosquitto) RestartGracefully() {
+	p.t.Helper()
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_, _ = p.cmd.Process.Wait()
+		p.cmd = nil
+	}
+	p.start()
 }
 
 // Restart stops mosquitto and starts it again on the same port: without
