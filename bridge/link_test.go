@@ -161,29 +161,39 @@ func TestInboundNeverAcceptedIsCountedAndTheLinkFlows(t *testing.T) {
 // on the next connection: it is recognised, acknowledged, and not stored a
 // second time; the session was kept, so nothing is subscribed again.
 func TestInboundRedeliveryAfterALostAckIsStoredOnce(t *testing.T) {
-	peer := bridgetest.StartMosquitto(t, "")
-	local := newMemLocal()
-	// One second of batching: the records are stored well before their
-	// acknowledgements would leave.
-	l := runLink(t, peer, local, "edge-dup", 20, time.Second, rule(t, "d/#", In, "local/$#"))
-	subscribed(t, peer, "edge-dup", 1)
-	pub := newPublisher(t, peer, "hub-pub")
-	for i := range 8 {
-		pub.publish("d/x", strconvI(i), 1)
-	}
-	waitFor(t, "8 records stored", func() bool { return len(local.topics()) >= 8 })
-	l.rebuild()
-	waitFor(t, "8 redeliveries recognised", func() bool { return l.Stats().Duplicates >= 8 })
-	pub.publish("d/x", "after", 1)
-	waitFor(t, "the record after the reconnection", func() bool { return len(local.topics()) >= 9 })
-	if got := local.topics(); len(got) != 9 || got[8] != "local/x after" {
-		t.Fatalf("stored %q; want each of the 8 once, then the one after", got)
-	}
-	if n := peer.Count("Sending SUBACK to edge-dup"); n != 1 {
-		t.Fatalf("%d SUBACKs to the link; a kept session is not subscribed again", n)
-	}
-	if s := l.Stats(); s.Connects != 2 || s.SessionsLost != 0 {
-		t.Fatalf("stats %+v; want 2 connections, no session lost", s)
+	for _, qos := range []byte{1, 2} {
+		t.Run(fmt.Sprintf("QoS%d", qos), func(t *testing.T) {
+			peer := bridgetest.StartMosquitto(t, "")
+			local := newMemLocal()
+			// One second of batching: the records are stored well before
+			// their acknowledgements (PUBACK, or PUBREC at QoS 2) would leave.
+			id := fmt.Sprintf("edge-dup-%d", qos)
+			l := runLink(t, peer, local, id, 20, time.Second, rule(t, "d/#", In, "local/$#"))
+			subscribed(t, peer, id, 1)
+			pub := newPublisher(t, peer, "hub-pub")
+			for i := range 8 {
+				pub.publish("d/x", strconvI(i), qos)
+			}
+			waitFor(t, "8 records stored", func() bool { return len(local.topics()) >= 8 })
+			l.rebuild()
+			waitFor(t, "8 redeliveries recognised", func() bool { return l.Stats().Duplicates >= 8 })
+			pub.publish("d/x", "after", qos)
+			waitFor(t, "the record after the reconnection", func() bool { return len(local.topics()) >= 9 })
+			if got := local.topics(); len(got) != 9 || got[8] != "local/x after" {
+				t.Fatalf("stored %q; want each of the 8 once, then the one after", got)
+			}
+			if n := peer.Count("Sending SUBACK to " + id); n != 1 {
+				t.Fatalf("%d SUBACKs to the link; a kept session is not subscribed again", n)
+			}
+			if s := l.Stats(); s.Connects != 2 || s.SessionsLost != 0 {
+				t.Fatalf("stats %+v; want 2 connections, no session lost", s)
+			}
+			// No exchange is left open at the peer: every record was
+			// acknowledged (QoS 2: PUBREC, PUBREL, PUBCOMP) after all.
+			if qos == 2 {
+				waitFor(t, "9 PUBCOMPs from the link", func() bool { return peer.Count("Received PUBCOMP from "+id) >= 9 })
+			}
+		})
 	}
 }
 
