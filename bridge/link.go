@@ -66,6 +66,8 @@ type Link struct {
 	hadSess   atomic.Bool              // a connection of this process was accepted before
 	downAt    atomic.Int64             // unix nanos the link went down, 0 while up
 	settling  atomic.Int64             // unix nanos the record being stored arrived, 0 when none
+	upAt      atomic.Int64             // unix nanos the current connection was accepted
+	flaps     atomic.Int64             // connections in a row the peer ended soon after accepting them
 
 	stats linkStats
 }
@@ -73,7 +75,7 @@ type Link struct {
 // linkStats are a link's counters (the saguin_bridge_* families).
 type linkStats struct {
 	received, stored, duplicates, retries atomic.Int64
-	connects, sessionsLost                atomic.Int64
+	connects, sessionsLost, takeovers     atomic.Int64
 	mu                                    sync.Mutex
 	unstored                              map[string]int64
 }
@@ -85,7 +87,13 @@ type Stats struct {
 	Received, Stored, Duplicates int64
 	Retries                      int64
 	Connects, SessionsLost       int64
-	Unstored                     map[string]int64 // by cause
+	// Takeovers counts the peer ending our connection because another one
+	// connected with our client_id (DISCONNECT 0x8E).
+	Takeovers int64
+	// Flaps is how many connections in a row the peer ended within
+	// seconds of accepting them (0 once one lasts).
+	Flaps    int64
+	Unstored map[string]int64 // by cause
 	// OldestUnacknowledged is how long the oldest record received from
 	// the peer has waited to be stored and acknowledged (0: none waits):
 	// progress an operator can see, where Connected alone says nothing.
@@ -137,6 +145,20 @@ func New(cfg Config, local Local) (*Link, error) {
 	return l, nil
 }
 
+// shortLived is how soon after being accepted a connection that ends
+// counts as a flap: the peer accepting us and then closing on us, as
+// mosquitto does when another connection takes our client_id.
+const shortLived = 5 * time.Second
+
+// backoff is autopaho's wait before connection attempt n. autopaho counts
+// attempts from 0 again after every accepted connection, so a peer that
+// accepts and then closes on us (two bridges with one client_id taking the
+// session from each other) would be dialled again at once, for ever: the
+// wait goes on growing with the flaps in a row instead.
+func (l *Link) backoff(n int) time.Duration {
+	return l.cfg.Backoff(max(n, int(l.flaps.Load())))
+}
+
 // jitteredBackoff waits 100ms before the second attempt, doubling to 30s,
 // each wait between half and all of its step so links that fell together
 // do not all return together.
@@ -155,7 +177,7 @@ func (l *Link) Stats() Stats {
 		Name: l.cfg.Name, Peer: l.cfg.Peer.Redacted(),
 		Connected: l.connected.Load(), Received: l.stats.received.Load(), Stored: l.stats.stored.Load(),
 		Duplicates: l.stats.duplicates.Load(), Retries: l.stats.retries.Load(),
-		Connects: l.stats.connects.Load(), SessionsLost: l.stats.sessionsLost.Load(),
+		Connects: l.stats.connects.Load(), SessionsLost: l.stats.sessionsLost.Load(), Takeovers: l.stats.takeovers.Load(), Flaps: l.flaps.Load(),
 		Unstored: map[string]int64{},
 	}
 	if at := l.settling.Load(); at != 0 {
@@ -189,7 +211,7 @@ func (l *Link) Run(ctx context.Context) error {
 		CleanStartOnInitialConnection: false, // the peer keeps our session across our restarts
 		SessionExpiryInterval:         expiry,
 		ConnectTimeout:                10 * time.Second,
-		ReconnectBackoff:              l.cfg.Backoff,
+		ReconnectBackoff:              l.backoff,
 		AttemptConnection:             l.dial,
 		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			if c.Properties == nil {
@@ -212,6 +234,7 @@ func (l *Link) Run(ctx context.Context) error {
 			PingHandler:                newKeepAlivePinger(),
 			SendAcksInterval:           l.cfg.AckInterval,
 			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){l.onPublish},
+			OnServerDisconnect:         l.peerDisconnected,
 		},
 	}
 	cm, err := autopaho.NewConnection(ctx, cc)
@@ -269,6 +292,7 @@ func (l *Link) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (n
 // present, nothing is subscribed again — the peer kept our
 // subscriptions, and a resubscribe flood is what we avoid.
 func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
+	l.upAt.Store(time.Now().UnixNano())
 	l.connected.Store(true)
 	l.stats.connects.Add(1)
 	if at := l.downAt.Swap(0); at != 0 {
@@ -317,10 +341,35 @@ func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 	}()
 }
 
+// peerDisconnected: the peer ended the connection with a DISCONNECT. A
+// takeover (0x8E: another connection with our client_id — a second bridge
+// configured with it, here or elsewhere) is counted and warned: the two
+// would take the session from each other for as long as both run.
+func (l *Link) peerDisconnected(d *paho.Disconnect) {
+	reason := ""
+	if d.Properties != nil {
+		reason = d.Properties.ReasonString
+	}
+	if d.ReasonCode == 0x8E {
+		l.stats.takeovers.Add(1)
+		l.log.Warn("bridge: the peer gave our session to another connection with our client_id; give each bridge its own", "peer", l.cfg.Peer.Redacted(), "client_id", l.cfg.ClientID)
+		return
+	}
+	l.log.Warn("bridge: the peer disconnected the link", "peer", l.cfg.Peer.Redacted(), "code", fmt.Sprintf("0x%02X", d.ReasonCode), "reason", reason)
+}
+
 // down: the connection ended; autopaho dials again (true).
 func (l *Link) down() bool {
 	l.current.Store(nil) // nothing is acknowledged on a connection that ended
 	l.connected.Store(false)
+	if lived := time.Since(time.Unix(0, l.upAt.Load())); lived < shortLived {
+		if n := l.flaps.Add(1); n == 3 || n%20 == 0 {
+			l.log.Warn("bridge: the peer keeps closing the link soon after accepting it; another connection with our client_id may be taking the session (give each bridge its own), or the peer refuses what we send",
+				"peer", l.cfg.Peer.Redacted(), "client_id", l.cfg.ClientID, "in_a_row", n)
+		}
+	} else {
+		l.flaps.Store(0)
+	}
 	l.downAt.CompareAndSwap(0, time.Now().UnixNano())
 	l.log.Warn("bridge: link down", "peer", l.cfg.Peer.Redacted())
 	return true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -365,5 +366,62 @@ func TestLinkPeerRestartWithItsState(t *testing.T) {
 	}
 	if s := l.Stats(); s.SessionsLost != 0 {
 		t.Fatalf("stats %+v: a kept session counted lost", s)
+	}
+}
+
+// Two links with one client_id at one peer (two brokers configured alike):
+// mosquitto hands the session from one to the other by closing the older
+// connection, with no DISCONNECT to say why. The link sees connections end
+// right after being accepted, warns naming its client_id, and waits longer
+// after each such flap instead of dialling again at once: a storm of
+// reconnections is damped, not fed.
+func TestLinkTakeoverStormIsWarnedAndDamped(t *testing.T) {
+	peer := bridgetest.StartMosquitto(t, "")
+	var logs logBuffer
+	quick := func(n int) time.Duration { return time.Duration(n) * 50 * time.Millisecond }
+	mk := func(log *slog.Logger) *Link {
+		l, err := New(Config{Name: "twin", Peer: peer.URL(), ClientID: "edge-twin", SessionExpiry: time.Hour, ReceiveMaximum: 20,
+			AckInterval: 5 * time.Millisecond, Rules: []*Rule{rule(t, "tw/#", In, "local/$#")}, Log: log, Backoff: quick}, newMemLocal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return l
+	}
+	first := mk(slog.New(slog.NewTextHandler(&logs, nil)))
+	waitFor(t, "the first link up", func() bool { return first.Stats().Connected })
+	second := mk(nil)
+	waitFor(t, "the flapping warned", func() bool { return strings.Contains(logs.String(), "keeps closing the link") })
+	if !strings.Contains(logs.String(), "client_id=edge-twin") {
+		t.Fatalf("the warning does not name the client_id:\n%s", logs.String())
+	}
+	// Damped: without the flaps in the wait, the two re-dialled within 50 ms
+	// of each loss, some twenty connections a second between them; with
+	// them, each wait grows by 50 ms a flap.
+	before := peer.Count("as edge-twin")
+	time.Sleep(3 * time.Second)
+	if n := peer.Count("as edge-twin") - before; n > 30 {
+		t.Fatalf("%d connections in 3 s: the storm is not damped (flaps %d and %d)", n, first.Stats().Flaps, second.Stats().Flaps)
+	}
+}
+
+// A peer that refuses our CONNECT as not authorised is reported so: the
+// attempt's failure is classified not_authorised, and no link is up.
+func TestLinkNotAuthorisedIsClassified(t *testing.T) {
+	dir := t.TempDir()
+	pw := dir + "/passwd"
+	if err := os.WriteFile(pw, []byte("someone:$7$101$abcdefghijklmnop$abcdefghijklmnopabcdefghijklmnop\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	peer := bridgetest.StartMosquitto(t, "password_file "+pw+"\nallow_anonymous false")
+	var logs logBuffer
+	l := runLinkWith(t, Config{Peer: peer.URL(), ClientID: "edge-anon", ReceiveMaximum: 20, AckInterval: 5 * time.Millisecond,
+		Rules: []*Rule{rule(t, "a/#", In, "local/$#")}, Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, newMemLocal())
+	waitFor(t, "the refusal classified", func() bool { return strings.Contains(logs.String(), "why=not_authorised") })
+	if l.Stats().Connected {
+		t.Fatal("connected to a peer that refused us")
 	}
 }

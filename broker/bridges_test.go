@@ -880,3 +880,18 @@ func TestBridgeOverWebSocketAndSecureWebSocket(t *testing.T) {
 		})
 	}
 }
+
+// Two edges bridging to one Sagüin hub with the same client_id: the hub
+// ends the older connection with DISCONNECT 0x8E, and the edge says so,
+// naming the client_id.
+func TestBridgeTakeoverAtASaguinHubIsWarned(t *testing.T) {
+	hub := brokertest.Start(t, brokertest.Config(t, t.TempDir(), hubConfig))
+	conf := strings.NewReplacer("PEER", hub.Address(), `"hub/orders/#"`, `"fleet/#"`).Replace(bridgeConfig)
+	a := brokertest.Start(t, brokertest.Config(t, t.TempDir(), conf))
+	waitLog(t, a, "bridge: in rules subscribed")
+	brokertest.Start(t, brokertest.Config(t, t.TempDir(), conf))
+	waitLog(t, a, "the peer gave our session to another connection with our client_id")
+	if !a.Log.Contains("client_id=edge-1") {
+		t.Fatalf("the warning does not name the client_id:\n%s", a.Log.Tail(20))
+	}
+}
