@@ -153,11 +153,22 @@ const shortLived = 5 * time.Second
 // backoff is autopaho's wait before connection attempt n. autopaho counts
 // attempts from 0 again after every accepted connection, so a peer that
 // accepts and then closes on us (two bridges with one client_id taking the
-// session from each other) would be dialled again at once, for ever: the
-// wait goes on growing with the flaps in a row instead.
+// session from each other) would be dialled again at once, for ever: from
+// the third flap in a row, the wait is at least flapWait. A link a flaky
+// network cuts now and then is not slowed by it (two short-lived
+// connections in a row are not a storm), and it never grows past
+// flapWait, so a link that works again is back within a second.
 func (l *Link) backoff(n int) time.Duration {
-	return l.cfg.Backoff(max(n, int(l.flaps.Load())))
+	d := l.cfg.Backoff(n)
+	if l.flaps.Load() >= 3 {
+		d = max(d, flapWait)
+	}
+	return d
 }
+
+// flapWait is the least wait before dialling a peer that closed our last
+// three connections within shortLived of accepting them.
+const flapWait = time.Second
 
 // jitteredBackoff waits 100ms before the second attempt, doubling to 30s,
 // each wait between half and all of its step so links that fell together

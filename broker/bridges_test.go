@@ -746,8 +746,10 @@ func freeAddr(t *testing.T) string {
 }
 
 // Debian's mosquitto as an edge bridging into us (MQTT 5, a persistent
-// session): what it forwards is stored once each, in order, and what it
-// queued while we restarted arrives after. Its bridge's notification Will
+// session): what it forwards is stored, in order, and what it queued while
+// we restarted arrives after. At least once: a record stored whose PUBACK
+// the edge had not read when we stopped is forwarded again (QoS 1 allows
+// it; under load 9 of 20 were, once). Its bridge's notification Will
 // goes to a topic of ours: mosquitto's default, $SYS/broker/connection/…,
 // is the broker's own here and refused at CONNECT (docs/bridge.md
 // "Bridging into Sagüin").
@@ -789,7 +791,7 @@ topic sensors/# out 1`, addr))
 			t.Fatalf("record %d: %v", i, p)
 		}
 	}
-	us.Restart() // graceful: every PUBACK owed is sent before the close
+	us.Restart()
 	for i := range 10 {
 		want = append(want, "during-"+strconv.Itoa(i))
 		mustPublish(t, sensor, "sensors/t", want[20+i])
@@ -800,8 +802,12 @@ topic sensors/# out 1`, addr))
 		got = got[:0]
 		r := brokertest.Connect(t, us.Address(), "replayer-"+strconv.Itoa(int(time.Now().UnixNano()%1e6)), brokertest.ClientOptions{CleanStart: true})
 		r.Subscribe("sensors/t", 1)
+		seen := map[string]bool{}
 		for p := within(r, time.Second); p != nil; p = within(r, 300*time.Millisecond) {
-			got = append(got, string(p.Payload))
+			if !seen[string(p.Payload)] {
+				seen[string(p.Payload)] = true
+				got = append(got, string(p.Payload)) // first appearances
+			}
 		}
 		r.Close()
 		if len(got) >= len(want) || time.Now().After(deadline) {
@@ -809,7 +815,7 @@ topic sensors/# out 1`, addr))
 		}
 	}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("the sensors channel holds %q\nwant %q", got, want)
+		t.Fatalf("the sensors channel holds, by first appearance, %q\nwant %q", got, want)
 	}
 }
 
