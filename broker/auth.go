@@ -213,6 +213,12 @@ func (b *Broker) grantsOf(cl *mqtt.Client) (g *acl.Grants, all bool) {
 	if a == nil || a.rules == nil || cl == nil || cl.Net.Inline || cl.Net.Listener == willListener {
 		return nil, true
 	}
+	if cl.Net.Listener == bridgeListener {
+		// A bridge's records come from a stand-in with no connection: its
+		// grants are those of its user, bridge:<name> (docs/bridge.md
+		// "What crosses, inbound"), asked as for an identity not connected.
+		return b.grantsFor(string(cl.Properties.Username), cl.ID), false
+	}
 	ca := authOf(cl)
 	if ca == nil {
 		return nil, false

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
 	dto "github.com/prometheus/client_model/go"
 
 	"saguin.dev/bridge/bridgetest"
@@ -998,4 +999,77 @@ func startPeerMosquittoWith(t *testing.T, extra string) *loadgen.Mosquitto {
 	}
 	t.Cleanup(func() { m.Stop(5 * time.Second) })
 	return m
+}
+
+// Under an acl_file a bridge's records are published as the user
+// bridge:<name> and meet its grants like a client's: granted, stored;
+// not granted, refused for good (never_accepted) and logged, the link
+// flowing on.
+func TestBridgeRecordsMeetTheACLForItsUser(t *testing.T) {
+	m := startPeerMosquitto(t)
+	dir := t.TempDir()
+	writePasswordFile(t, filepath.Join(dir, "passwd"), "alice")
+	acl := `
+roles:
+  edge-bridge:
+    - channel: events
+      filter: "events/allowed/#"
+      allow: [write]
+  reader:
+    - channel: events
+      allow: [read]
+users:
+  "bridge:hub": [edge-bridge]
+  alice: [reader]
+`
+	if err := os.WriteFile(filepath.Join(dir, "acl.yaml"), []byte(acl), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := authConfig + `bridges:
+  hub:
+    peer: tcp://` + m.Addr() + `
+    client_id: edge-acl
+    topics:
+      - {filter: "hub/#", direction: in, topic: "events/$#"}
+`
+	b := brokertest.Start(t, brokertest.Config(t, dir, conf))
+	waitLog(t, b, "bridge: in rules subscribed")
+	peer := peerClient(t, m, "hub-publisher")
+	publishAtPeer(t, peer, "hub/denied/x", "not granted", 1)
+	publishAtPeer(t, peer, "hub/allowed/x", "granted", 1)
+	deadline := time.Now().Add(10 * time.Second)
+	var got []string
+	for i := 0; len(got) < 1 && time.Now().Before(deadline); i++ {
+		got = replayAs(t, b.Address(), fmt.Sprintf("alice-%d", i), "alice")
+	}
+	if strings.Join(got, " ") != "events/allowed/x=granted" {
+		t.Fatalf("the events channel holds %q; want only the granted record", got)
+	}
+	waitLog(t, b, "client=bridge:hub")
+	if b.Log.Contains("the connection has no identity") {
+		t.Fatalf("the bridge's records were judged with no identity, not as bridge:hub:\n%s", b.Log.Tail(20))
+	}
+}
+
+// replayAs reads the events channel from its floor as user (password
+// "pw-"+user) and returns topic=payload of each record, once a second
+// passes quiet.
+func replayAs(t *testing.T, addr, id, user string) []string {
+	t.Helper()
+	r, _ := dialMx(t, addr, id, as(user, mxConnect{clean: true}))
+	r.subscribe(1, "events/#", 1)
+	var out []string
+	for {
+		pk, err := r.readWithin(time.Second)
+		if err != nil {
+			return out
+		}
+		if pk.FixedHeader.Type != packets.Publish {
+			continue
+		}
+		out = append(out, pk.TopicName+"="+string(pk.Payload))
+		if pk.FixedHeader.Qos > 0 {
+			r.puback(pk.PacketID)
+		}
+	}
 }
