@@ -67,6 +67,7 @@ type Link struct {
 	downAt    atomic.Int64             // unix nanos the link went down, 0 while up
 	settling  atomic.Int64             // unix nanos the record being stored arrived, 0 when none
 	upAt      atomic.Int64             // unix nanos the current connection was accepted
+	failing   atomic.Bool              // an attempt failed since the last accepted connection
 	flaps     atomic.Int64             // connections in a row the peer ended soon after accepting them
 
 	stats linkStats
@@ -236,9 +237,7 @@ func (l *Link) Run(ctx context.Context) error {
 		},
 		OnConnectionUp:   l.up,
 		OnConnectionDown: l.down,
-		OnConnectError: func(err error) {
-			l.log.Debug("bridge: connection attempt failed", "peer", l.cfg.Peer.Redacted(), "why", classify(err), "error", err)
-		},
+		OnConnectError:   l.attemptFailed,
 		ClientConfig: paho.ClientConfig{
 			ClientID:                   l.cfg.ClientID,
 			EnableManualAcknowledgment: true,
@@ -304,6 +303,7 @@ func (l *Link) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (n
 // subscriptions, and a resubscribe flood is what we avoid.
 func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 	l.upAt.Store(time.Now().UnixNano())
+	l.failing.Store(false)
 	l.connected.Store(true)
 	l.stats.connects.Add(1)
 	if at := l.downAt.Swap(0); at != 0 {
@@ -350,6 +350,18 @@ func (l *Link) up(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 			}
 		}
 	}()
+}
+
+// attemptFailed: one connection attempt failed. The first of a run of
+// failures is a warning, so a link that never comes up (a wrong CA, a
+// refused identity) is seen at the default level; the attempts after it
+// are debug lines, until a connection is accepted.
+func (l *Link) attemptFailed(err error) {
+	level := slog.LevelDebug
+	if !l.failing.Swap(true) {
+		level = slog.LevelWarn
+	}
+	l.log.Log(context.Background(), level, "bridge: connection attempt failed", "peer", l.cfg.Peer.Redacted(), "why", classify(err), "error", err)
 }
 
 // peerDisconnected: the peer ended the connection with a DISCONNECT. A

@@ -640,7 +640,7 @@ func TestBridgeTLSPeerRenewedCertificateAndWrongCA(t *testing.T) {
 	other := brokertest.NewPKI(t, t.TempDir(), "other")
 	conf = strings.NewReplacer("PEER", peer.Addr(), "CA", other.CAFile, "CERT", certFile, "KEY", keyFile, "edge-1", "edge-2").Replace(bridgeTLSConfig)
 	wrong := brokertest.Start(t, brokertest.Config(t, t.TempDir(), conf))
-	waitLog(t, wrong, "bridge: connection attempt failed")
+	waitLog(t, wrong, "level=WARN msg=\"bridge: connection attempt failed\"")
 	if !wrong.Log.Contains("certificate signed by unknown authority") {
 		t.Fatalf("the failure does not say why:\n%s", wrong.Log.Tail(20))
 	}
