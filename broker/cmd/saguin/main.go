@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"saguin.dev/bridge"
 	"saguin.dev/broker"
 	"saguin.dev/broker/config"
 	"saguin.dev/broker/internal/faults"
@@ -206,7 +207,43 @@ func checkConfig(path string, stdout, stderr io.Writer) int {
 		}
 		_ = tw.Flush()
 	}
+	printBridges(stdout, cfg)
 	return 0
+}
+
+// printBridges lists each bridge's rules and where their records land
+// here: the channels (with their types) the rule's names reach, and
+// broadcast where no channel claims some of them (docs/bridge.md).
+func printBridges(w io.Writer, cfg *config.Config) {
+	if len(cfg.Bridges) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "bridges:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, b := range cfg.Bridges {
+		for _, r := range b.Rules {
+			chans, broadcast := cfg.Resolver().Reach(r.Reach())
+			var lands []string
+			for _, name := range chans {
+				if c, ok := cfg.Channel(name); ok {
+					lands = append(lands, name+" ("+c.Type+")")
+				}
+			}
+			if broadcast {
+				lands = append(lands, "broadcast")
+			}
+			tmpl := r.Template
+			if tmpl == "" {
+				tmpl = r.Filter
+			}
+			way := "in from"
+			if r.Direction != bridge.In {
+				way = r.Direction.String() + " with"
+			}
+			fmt.Fprintf(tw, "  %s\t%s %s\t%s -> %s\tlands in %s\n", b.Name, way, b.Peer, r.Filter, tmpl, strings.Join(lands, ", "))
+		}
+	}
+	_ = tw.Flush()
 }
 
 // newLogger is the process's one log: log/slog key=value lines on w, at

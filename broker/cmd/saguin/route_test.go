@@ -226,3 +226,31 @@ func TestRouteExplainsWhatCrossesABridge(t *testing.T) {
 		}
 	}
 }
+
+// docs/bridge.md: --check-config lists each bridge rule and where its
+// records land here — a channel and its type, or broadcast.
+func TestCheckConfigListsWhereBridgeRulesLand(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "saguin.yaml", routeConfig+`bridges:
+  hub:
+    peer: tcp://hub.example.net:1883
+    client_id: edge-1
+    topics:
+      - {filter: "fleet/+/events/#", direction: in, topic: "iot/$1/events/$#"}
+      - {filter: "fleet/+/live", direction: in, topic: "live/$1"}
+`)
+	code, out, errOut := runCLI(t, "--check-config", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"bridges:",
+		"hub  in from tcp://hub.example.net:1883  fleet/+/events/# -> iot/$1/events/$#  lands in alarms (append), events (append)",
+		"hub  in from tcp://hub.example.net:1883  fleet/+/live -> live/$1",
+		"lands in broadcast",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--check-config does not say %q:\n%s", want, out)
+		}
+	}
+}
