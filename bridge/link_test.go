@@ -100,7 +100,7 @@ func TestInboundStoresInOrderUnderTheRulesName(t *testing.T) {
 // broker cannot hold records, so the peer has exactly receive_maximum out
 // with us and sends no more; once room comes, every record is stored, in
 // order, none dropped.
-func TestInboundFullChannelHoldsThePeerAtReceiveMaximum(t *testing.T) {
+func TestInvariant13_InboundFullChannelHoldsThePeerAtReceiveMaximum(t *testing.T) {
 	peer := bridgetest.StartMosquitto(t, "")
 	local := newMemLocal()
 	local.hold(true)

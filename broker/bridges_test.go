@@ -351,7 +351,7 @@ bridges:
 // broker (its channel given room) links up, and each is stored exactly
 // once, in the order published; those stored before the kill are not
 // stored again.
-func TestBridgeKilledWithRecordsHeldStoresEachOnceAfterTheRedelivery(t *testing.T) {
+func TestInvariant18_BridgeKilledWithRecordsHeldStoresEachOnceAfterTheRedelivery(t *testing.T) {
 	m := startPeerMosquitto(t)
 	dir := t.TempDir()
 	write := func(maxBytes string) string {
@@ -911,7 +911,7 @@ func TestBridgeTakeoverAtASaguinHubIsWarned(t *testing.T) {
 // link that acknowledged before storing loses a record only when a kill
 // lands in the millisecond between the two, which this rarely hits: the
 // deterministic guard of that is
-// TestBridgeKilledWithRecordsHeldStoresEachOnceAfterTheRedelivery.)
+// TestInvariant18_BridgeKilledWithRecordsHeldStoresEachOnceAfterTheRedelivery.)
 func TestBridgeInboundUnderRepeatedKillsLosesNothing(t *testing.T) {
 	m := startPeerMosquittoWith(t, "max_queued_messages 0")
 	dir := t.TempDir()
@@ -1005,7 +1005,7 @@ func startPeerMosquittoWith(t *testing.T, extra string) *loadgen.Mosquitto {
 // bridge:<name> and meet its grants like a client's: granted, stored;
 // not granted, refused for good (never_accepted) and logged, the link
 // flowing on.
-func TestBridgeRecordsMeetTheACLForItsUser(t *testing.T) {
+func TestInvariant10_BridgeRecordsMeetTheACLForItsUser(t *testing.T) {
 	m := startPeerMosquitto(t)
 	dir := t.TempDir()
 	writePasswordFile(t, filepath.Join(dir, "passwd"), "alice")
