@@ -89,6 +89,8 @@ func (p *Mosquitto) start() {
 	p.out = &syncBuffer{}
 	p.cmd = exec.Command(MosquittoPath, "-c", p.conf, "-v")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// A test binary killed (a timeout) takes its peer with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
