@@ -34,27 +34,32 @@ func startPeerMosquitto(t *testing.T) *loadgen.Mosquitto {
 	return m
 }
 
-// bridgeConfig is a broker with an append channel (orders), a latest one
-// (state) and a bridge bringing the peer's hub/orders/# and hub/state/# in.
-const bridgeConfig = `
+// bridgeTestYAML is a broker named id on one sqlite provider (its file in
+// {{.Dir}}), listening on addr, with extra lines under broker: (log level,
+// limits), default_retention_bytes retention, and then rest (its channels
+// and bridges).
+func bridgeTestYAML(id, file, addr, retention, extra, rest string) string {
+	return fmt.Sprintf(`
 broker:
-  id: edge
-  log_level: debug
-  limits:
-    max_topic_levels: 8
-  storage:
+  id: %s
+%s  storage:
     default: main
     default_retention_period: 7d
-    default_retention_bytes: 64MiB
+    default_retention_bytes: %s
     providers:
       main:
         type: sqlite
-        file_path: {{.Dir}}/data.db
+        file_path: {{.Dir}}/%s
   mqtt:
     listen:
       tcp:
-        address: 127.0.0.1:0
-channels:
+        address: %s
+`, id, extra, retention, file, addr) + rest
+}
+
+// bridgeConfig is a broker with an append channel (orders), a latest one
+// (state) and a bridge bringing the peer's hub/orders/# and hub/state/# in.
+var bridgeConfig = bridgeTestYAML("edge", "data.db", "127.0.0.1:0", "64MiB", "  log_level: debug\n  limits:\n    max_topic_levels: 8\n", `channels:
   orders:
     type: append
   state:
@@ -68,7 +73,7 @@ bridges:
       - {filter: "hub/orders/#", direction: in, topic: "orders/$#"}
       - {filter: "hub/state/+", direction: in, topic: "state/$1"}
       - {filter: "hub/live/#", direction: in, topic: "live/$#"}
-`
+`)
 
 func startBridgedBroker(t *testing.T, peer string) *brokertest.Broker {
 	t.Helper()
@@ -317,23 +322,7 @@ func TestBridgeMetrics(t *testing.T) {
 
 // bridgeKillConfig is a broker whose bridge brings hub/events/# into the
 // events channel, whose max_bytes is MAXB.
-const bridgeKillConfig = `
-broker:
-  id: edge
-  log_level: debug
-  storage:
-    default: main
-    default_retention_period: 7d
-    default_retention_bytes: none
-    providers:
-      main:
-        type: sqlite
-        file_path: {{.Dir}}/data.db
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-channels:
+var bridgeKillConfig = bridgeTestYAML("edge", "data.db", "127.0.0.1:0", "none", "  log_level: debug\n", `channels:
   events:
     type: append
     max_bytes: MAXB
@@ -343,7 +332,7 @@ bridges:
     client_id: edge-kill
     topics:
       - {filter: "hub/events/#", direction: in, topic: "events/$#"}
-`
+`)
 
 // Our broker is SIGKILLed while records it received over the bridge wait
 // to be stored (its channel full): they were never acknowledged, so the
@@ -550,23 +539,7 @@ func waitLogCount(t *testing.T, b *brokertest.Broker, s string, n int) {
 }
 
 // bridgeTLSConfig links to a TLS peer through PEER with the files named.
-const bridgeTLSConfig = `
-broker:
-  id: edge
-  log_level: debug
-  storage:
-    default: main
-    default_retention_period: 7d
-    default_retention_bytes: 64MiB
-    providers:
-      main:
-        type: sqlite
-        file_path: {{.Dir}}/data.db
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-channels:
+var bridgeTLSConfig = bridgeTestYAML("edge", "data.db", "127.0.0.1:0", "64MiB", "  log_level: debug\n", `channels:
   orders:
     type: append
 bridges:
@@ -578,7 +551,7 @@ bridges:
     key_file: KEY
     topics:
       - {filter: "hub/orders/#", direction: in, topic: "orders/$#"}
-`
+`)
 
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
@@ -650,25 +623,10 @@ func TestBridgeTLSPeerRenewedCertificateAndWrongCA(t *testing.T) {
 }
 
 // hubConfig is a Sagüin hub with an append channel of fleet records.
-const hubConfig = `
-broker:
-  id: hub
-  storage:
-    default: main
-    default_retention_period: 7d
-    default_retention_bytes: 64MiB
-    providers:
-      main:
-        type: sqlite
-        file_path: {{.Dir}}/hub.db
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-channels:
+var hubConfig = bridgeTestYAML("hub", "hub.db", "127.0.0.1:0", "64MiB", "", `channels:
   fleet:
     type: append
-`
+`)
 
 // Sagüin to Sagüin: an edge bridging a hub's append channel in stores
 // each record once under its own offsets, keeping the saguin-id the hub
@@ -716,25 +674,10 @@ func TestBridgeSaguinToSaguinKeepsTheMessageID(t *testing.T) {
 
 // edgeConfig is our broker as the hub a mosquitto edge bridges into, on a
 // fixed port so the edge finds it again after a restart.
-const edgeIntoUsConfig = `
-broker:
-  id: hub
-  storage:
-    default: main
-    default_retention_period: 7d
-    default_retention_bytes: 64MiB
-    providers:
-      main:
-        type: sqlite
-        file_path: {{.Dir}}/hub.db
-  mqtt:
-    listen:
-      tcp:
-        address: ADDR
-channels:
+var edgeIntoUsConfig = bridgeTestYAML("hub", "hub.db", "ADDR", "64MiB", "", `channels:
   sensors:
     type: append
-`
+`)
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
