@@ -138,17 +138,26 @@ func pahoUserProp(p *paho.Publish, key string) string {
 	return p.Properties.User.Get(key)
 }
 
-// Records the peer publishes under an in rule go through our publish path
-// into the channel their mapped topic resolves to, in order, at the QoS
-// they were published with, keeping the saguin-id a Sagüin peer gave them;
-// a consumer of the channel reads them with their offsets.
-func TestBridgeInboundStoresIntoTheChannel(t *testing.T) {
+// linkedToMosquitto is a mosquitto peer, a broker of bridgeConfig linked
+// to it, a reader of its orders channel, and a publisher at the peer, the
+// link up and subscribed.
+func linkedToMosquitto(t *testing.T) (*brokertest.Broker, *brokertest.Client, *paho.Client) {
+	t.Helper()
 	m := startPeerMosquitto(t)
 	b := startBridgedBroker(t, m.Addr())
 	sub := brokertest.Connect(t, b.Address(), "reader", brokertest.ClientOptions{CleanStart: true})
 	sub.Subscribe("orders/#", 1)
 	peer := peerClient(t, m, "hub-publisher")
 	waitLinked(t, peer, sub)
+	return b, sub, peer
+}
+
+// Records the peer publishes under an in rule go through our publish path
+// into the channel their mapped topic resolves to, in order, at the QoS
+// they were published with, keeping the saguin-id a Sagüin peer gave them;
+// a consumer of the channel reads them with their offsets.
+func TestBridgeInboundStoresIntoTheChannel(t *testing.T) {
+	_, sub, peer := linkedToMosquitto(t)
 
 	for i := range 20 {
 		publishAtPeer(t, peer, "hub/orders/line-"+strconv.Itoa(i%2), "order-"+strconv.Itoa(i), byte(1+i%2))
@@ -182,12 +191,7 @@ func TestBridgeInboundStoresIntoTheChannel(t *testing.T) {
 // once mapped) is acknowledged to the peer, dropped and logged, and the
 // records after it are stored: the link keeps flowing.
 func TestBridgeInboundRecordNeverAcceptedKeepsTheLinkFlowing(t *testing.T) {
-	m := startPeerMosquitto(t)
-	b := startBridgedBroker(t, m.Addr())
-	sub := brokertest.Connect(t, b.Address(), "reader", brokertest.ClientOptions{CleanStart: true})
-	sub.Subscribe("orders/#", 1)
-	peer := peerClient(t, m, "hub-publisher")
-	waitLinked(t, peer, sub)
+	b, sub, peer := linkedToMosquitto(t)
 
 	publishAtPeer(t, peer, "hub/orders/a/b/c/d/e/f/g/h", "too deep here", 1)
 	for i := range 15 { // more than receive_maximum: nothing waits on the refused one
@@ -208,12 +212,7 @@ func TestBridgeInboundRecordNeverAcceptedKeepsTheLinkFlowing(t *testing.T) {
 // deletion (an empty payload is a latest channel's tombstone): the values
 // here follow the peer's.
 func TestBridgeInboundLatestValueAndDeletion(t *testing.T) {
-	m := startPeerMosquitto(t)
-	b := startBridgedBroker(t, m.Addr())
-	sub := brokertest.Connect(t, b.Address(), "reader", brokertest.ClientOptions{CleanStart: true})
-	sub.Subscribe("orders/#", 1)
-	peer := peerClient(t, m, "hub-publisher")
-	waitLinked(t, peer, sub)
+	b, _, peer := linkedToMosquitto(t)
 
 	publishAtPeer(t, peer, "hub/state/pump", "on", 1)
 	publishAtPeer(t, peer, "hub/state/valve", "open", 1)
