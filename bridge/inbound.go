@@ -38,9 +38,14 @@ type received struct {
 // one Receive Maximum waiting is dropped and counted: MQTT gives QoS 0 no
 // flow control to hold the peer back with.
 func (l *Link) onPublish(pr paho.PublishReceived) (bool, error) {
-	// The connection a record arrives on is the current one: records of
-	// a new connection come only after the old one ended (down).
-	l.current.Store(pr.Client)
+	// The connection a record arrives on is the current one — unless it is
+	// the one that ended last: paho may still hand over what that
+	// connection read before it died, and it must not become current
+	// again (its acknowledgements would name, on the next connection,
+	// another record, and the next connection's would wait behind them).
+	if pr.Client != l.ended.Load() {
+		l.current.Store(pr.Client)
+	}
 	r := received{pub: pr.Packet, cli: pr.Client, at: time.Now()}
 	l.stats.received.Add(1)
 	if r.pub.QoS == 0 {

@@ -61,6 +61,7 @@ type Link struct {
 	stop        chan struct{} // closed when Run returns: the callback stops handing off
 
 	current   atomic.Pointer[paho.Client] // the connection records arrive on; nil while down
+	ended     atomic.Pointer[paho.Client] // the connection that was current when the link last went down
 	connected atomic.Bool
 	conn      atomic.Pointer[net.Conn] // the current connection, closed to rebuild the link
 	hadSess   atomic.Bool              // a connection of this process was accepted before
@@ -383,7 +384,10 @@ func (l *Link) peerDisconnected(d *paho.Disconnect) {
 
 // down: the connection ended; autopaho dials again (true).
 func (l *Link) down() bool {
-	l.current.Store(nil) // nothing is acknowledged on a connection that ended
+	// Nothing is acknowledged on a connection that ended.
+	if c := l.current.Swap(nil); c != nil {
+		l.ended.Store(c)
+	}
 	l.connected.Store(false)
 	if lived := time.Since(time.Unix(0, l.upAt.Load())); lived < shortLived {
 		if n := l.flaps.Add(1); n == 3 || n%20 == 0 {
