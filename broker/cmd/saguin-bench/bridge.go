@@ -55,36 +55,22 @@ func (b *bench) runBridge(ctx context.Context, bin string) {
 		b.mosqVer = hub.Version
 	}
 
-	// Sagüin bridging the hub's records in.
+	// Sagüin bridging the hub's records in: the bench's own configuration,
+	// its events channel receiving them.
 	dir := mkdir(b, "bridge-saguin")
-	body := fmt.Sprintf(`# written by saguin-bench
-broker:
-  id: bench-edge
-  log_level: info
-  mqtt:
-    listen:
-      tcp:
-        address: "127.0.0.1:0"
-  storage:
-    default: main
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      main:
-        type: sqlite
-        file_path: %q
-channels:
-  bridged:
-    type: append
-    filter: "bridged/#"
-bridges:
+	body, err := saguinConfig("sqlite", dir)
+	if err != nil {
+		b.results.saguinError("bridge", err)
+		return
+	}
+	body += fmt.Sprintf(`bridges:
   hub:
     peer: tcp://%s
     client_id: bench-edge
     receive_maximum: 100
     topics:
-      - {filter: "load/#", direction: in, topic: "bridged/$#"}
-`, filepath.Join(dir, "saguin.db"), hub.Addr())
+      - {filter: "load/#", direction: in, topic: "events/bridged/$#"}
+`, hub.Addr())
 	cfg, err := writeConfigBody(dir, body)
 	if err != nil {
 		b.results.saguinError("bridge", err)
@@ -95,7 +81,7 @@ bridges:
 		b.results.saguinError("bridge: start", err)
 		return
 	}
-	res, err := b.bridgeRun(ctx, hub.Addr(), p.addr, "bridged/#", "load/saguin", n)
+	res, err := b.bridgeRun(ctx, hub.Addr(), p.addr, "events/bridged/#", "load/saguin", n)
 	_ = p.term()
 	if err != nil {
 		b.results.saguinError("bridge: Sagüin", err)
